@@ -1,0 +1,128 @@
+"""Trace-time argument checks shared by every module.
+
+These run while JAX traces a function, so they see shapes, dtypes and static options but never
+values. They are free under ``jit`` (they run once per compilation) and raise ``ValueError`` or
+``TypeError`` naming the argument, what was expected and what was found (optax's ``utils.py``
+style). Value checks (NaN, ranges, prefix masks, id overflow) need concrete arrays and live in the
+eager ``validate_*`` functions of ``_validate.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def compute_dtype(dtype) -> jnp.dtype:
+    """The dtype statistics are computed in: float64 stays, everything else is float32.
+
+    bfloat16 / float16 inputs are promoted (SPEC §0: statistics in at least float32); integer and
+    bool inputs (e.g. 0/1 rewards) are computed in float32.
+    """
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.float64:
+        return jnp.dtype(jnp.float64)
+    return jnp.dtype(jnp.float32)
+
+
+def output_dtype(dtype) -> jnp.dtype:
+    """Floating inputs keep their dtype; integer or bool inputs give float32."""
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return dtype
+    return jnp.dtype(jnp.float32)
+
+
+def as_float_array(x, name: str) -> jax.Array:
+    """``x`` as an array of a real numeric dtype (float, int or bool), else ``TypeError``."""
+    x = jnp.asarray(x)
+    if not (
+        jnp.issubdtype(x.dtype, jnp.floating)
+        or jnp.issubdtype(x.dtype, jnp.integer)
+        or x.dtype == jnp.bool_
+    ):
+        raise TypeError(f"`{name}` must be a real numeric array; got dtype {x.dtype}.")
+    return x
+
+
+def as_mask(mask, name: str, shape: Sequence[int]) -> jax.Array:
+    """A boolean mask of exactly ``shape``; ``None`` means all true.
+
+    Masks must be boolean: a float 0/1 "mask" multiplied into values is how NaN leaks through
+    padding (NaN * 0 is NaN), so credax refuses it rather than guessing.
+    """
+    shape = tuple(shape)
+    if mask is None:
+        return jnp.ones(shape, dtype=bool)
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+        raise TypeError(
+            f"`{name}` must be a boolean array (true = real entry); got dtype {mask.dtype}. "
+            f"Convert with `{name}.astype(bool)`."
+        )
+    if mask.shape != shape:
+        raise ValueError(f"`{name}` must have shape {shape}; got {mask.shape}.")
+    return mask
+
+
+def as_int_array(x, name: str) -> jax.Array:
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(f"`{name}` must be an integer array; got dtype {x.dtype}.")
+    return x
+
+
+def check_ndim(x: jax.Array, name: str, ndim: int | Sequence[int], layout: str) -> None:
+    ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if x.ndim not in ndims:
+        raise ValueError(f"`{name}` must be {layout} (ndim {' or '.join(map(str, ndims))}); "
+                         f"got shape {x.shape}.")
+
+
+def check_shape(x: jax.Array, name: str, shape: Sequence[int], layout: str) -> None:
+    if x.shape != tuple(shape):
+        raise ValueError(f"`{name}` must have shape {layout} = {tuple(shape)}; got {x.shape}.")
+
+
+def check_option(value, name: str, allowed: Sequence) -> None:
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {list(allowed)}; got {value!r}.")
+
+
+def check_static_int(value, name: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"`{name}` must be a Python int (it sets a shape); got {type(value).__name__}.")
+    if value < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}; got {value}.")
+    return int(value)
+
+
+def scalar(value, dtype, name: str) -> jax.Array:
+    """A numeric hyperparameter as a 0-d array of ``dtype``: Python floats and traced arrays both
+    work, so schedules do not recompile."""
+    value = jnp.asarray(value)
+    if value.ndim != 0:
+        raise ValueError(f"`{name}` must be a scalar; got shape {value.shape}.")
+    if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
+        raise TypeError(f"`{name}` must be a real number; got dtype {value.dtype}.")
+    return value.astype(dtype)
+
+
+def safe_div(num: jax.Array, den: jax.Array, ok: jax.Array) -> jax.Array:
+    """``num / den`` where ``ok``, else 0 — the double-``where`` so gradients stay finite.
+
+    The inner ``where`` replaces the denominator before dividing: a plain
+    ``where(ok, num / den, 0)`` still differentiates ``num / 0`` on the untaken branch, and
+    ``0 * inf`` in the backward pass is NaN (rlax ``_clip_by_l2_norm`` explains the pattern).
+    """
+    den = jnp.where(ok, den, jnp.ones_like(den))
+    return jnp.where(ok, num / den, jnp.zeros_like(num))
+
+
+def safe_sqrt(x: jax.Array) -> jax.Array:
+    """``sqrt(x)`` for ``x >= 0`` with a finite gradient at 0 (the gradient there is defined as 0)."""
+    positive = x > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, jnp.ones_like(x))), jnp.zeros_like(x))

@@ -1,0 +1,549 @@
+"""The one grouping primitive: statistics per group, and per (group, trailing index).
+
+Every estimator in credax that compares a trajectory with its peers goes through this module:
+GRPO, RLOO, GDPO, the hindsight baseline and the per-(prompt, turn) z-score of TCPO, MT-GRPO, and the
+episode and anchor groups of GiGPO. Nothing else in the package computes a group statistic.
+
+Assumptions, stated once:
+
+* Groups come from explicit integer ids, never from position or a reshape. Ids may be negative,
+  sparse, unsorted, and groups may have any size, including 1.
+* ``x`` has shape ``[B, ...]``; statistics are taken over the rows of one group *at the same
+  trailing index*. For ``x[B]`` that is per prompt; for ``x[B, K]`` it is per (prompt, turn).
+* Only entries whose mask is true count, and only they receive a value; masked entries are ``0``
+  whatever they hold (NaN and inf included) — masks select, they never multiply.
+* Statistics are computed on values shifted by the group maximum (a member of the set), so a set
+  whose valid values are all identical has shifted values exactly ``0``: its centred output is
+  exactly ``0`` whatever ``eps`` is and no float residue is ever amplified (the ``std ≈ 1e-7``
+  failure of one-pass variances, user-issues #3). The variance is a centred two-pass sum of
+  squares of the shifted values.
+
+Grouping is computed once (:func:`groups`) and reused: the expensive part is turning arbitrary ids
+into dense segment indices, and a training step that computes GRPO, hindsight baselines and a
+per-(prompt, turn) z-score should pay for it once. Arbitrary ids are densified by hashing, not by
+sorting (XLA's CPU sort is slow): each row finds a *representative* row with the same id through
+a few rounds of scatter-min into a hash table; the representative's row number is the segment index.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+
+_INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+
+SINGLETON_MODES = ("zero", "raw", "center")
+EPS_MODES = ("add", "sqrt")
+SCALE_MODES = (True, False, "group", "batch", "none")
+
+
+# --------------------------------------------------------------------------------------------
+# Groups: the reusable grouping.
+# --------------------------------------------------------------------------------------------
+
+
+@jax.tree_util.register_pytree_node_class
+class Groups:
+    """Dense segment indices for a batch of group ids, computed once and reused.
+
+    Attributes:
+      index: ``int32[B]``, the segment of each row, in ``[0, num_groups)``. Rows with equal ids
+        share a segment and rows with different ids never do. The numbering itself carries no
+        meaning (for hashed ids it is the row number of a representative row).
+      num_groups: static Python int, the number of segments allocated. ``B`` when the ids were
+        arbitrary (an upper bound that keeps shapes static, so a new batch does not recompile),
+        or the ``num_groups`` promised by the caller.
+
+    A ``Groups`` is a pytree (``index`` is the only leaf, ``num_groups`` is static), so it passes
+    through ``jit``, ``vmap`` and ``shard_map``, and every function that takes ``group_ids`` accepts
+    it in their place.
+    """
+
+    __slots__ = ("index", "num_groups")
+
+    def __init__(self, index, num_groups):
+        self.index = index
+        self.num_groups = num_groups
+
+    def tree_flatten(self):
+        return (self.index,), self.num_groups
+
+    @classmethod
+    def tree_unflatten(cls, num_groups, children):
+        return cls(children[0], num_groups)
+
+    def __repr__(self) -> str:
+        return f"Groups(index={self.index!r}, num_groups={self.num_groups})"
+
+
+def _fmix32(h: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finaliser: a bijection of uint32 with good avalanche."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * jnp.uint32(0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def _fold_to_uint32(key: jax.Array) -> jax.Array:
+    """Hash input for an integer key of any width (64-bit keys fold both halves: no truncation)."""
+    if key.dtype.itemsize <= 4:
+        return key.astype(jnp.uint32)
+    lo = (key & 0xFFFFFFFF).astype(jnp.uint32)
+    hi = (key >> 32).astype(jnp.uint32)
+    return lo ^ _fmix32(hi ^ jnp.uint32(0x9E3779B9))
+
+
+def _representatives(keys: tuple[jax.Array, ...], valid: jax.Array | None = None) -> jax.Array:
+    """For each row, the lowest-numbered-in-its-slot row with the same key tuple: ``int32[N]``.
+
+    Each round hashes the unresolved rows into a table of at least ``2N`` slots and writes the
+    smallest row number per slot (scatter-min). A row whose slot winner carries the same key is
+    resolved with that winner as representative. All rows of one key hash to the same slot in
+    every round and so resolve together, on the same representative; every non-empty slot
+    resolves at least its winner's key, so the loop ends (in 2-4 rounds for ordinary batches).
+    Equality is checked on the full keys, so hash collisions never merge groups.
+
+    ``valid`` (optional) marks rows that take part; the others are their own representatives, so
+    they never join a real group.
+    """
+    n = keys[0].shape[0]
+    rows = jnp.arange(n, dtype=jnp.int32)
+    if n == 0:
+        return rows
+    bits = max(1, int(np.ceil(np.log2(2 * n))))
+    size = 1 << bits
+    mixed = _fold_to_uint32(keys[0])
+    for key in keys[1:]:
+        mixed = _fmix32(mixed ^ jnp.uint32(0x27D4EB2F)) ^ _fold_to_uint32(key)
+
+    def same_key(winner):
+        eq = jnp.ones((n,), dtype=bool)
+        for key in keys:
+            eq = eq & (key[winner] == key)
+        return eq
+
+    def round_(state):
+        seed, rep = state
+        unresolved = rep < 0
+        slot = (_fmix32(mixed ^ (seed * jnp.uint32(0x9E3779B9))) >> (32 - bits)).astype(jnp.int32)
+        slot = jnp.where(unresolved, slot, size)  # resolved rows write to a spare slot
+        table = jnp.full((size + 1,), n, dtype=jnp.int32).at[slot].min(rows)
+        winner = jnp.minimum(table[slot], n - 1)
+        rep = jnp.where(unresolved & same_key(winner), winner, rep)
+        return seed + jnp.uint32(1), rep
+
+    init = jnp.full((n,), -1, dtype=jnp.int32)
+    if valid is not None:
+        init = jnp.where(valid, init, rows)
+    _, rep = jax.lax.while_loop(lambda s: jnp.any(s[1] < 0), round_, (jnp.uint32(1), init))
+    return rep
+
+
+_representatives_jit = jax.jit(_representatives)
+
+
+def _concrete_numpy(x):
+    """``x`` as a NumPy array when it is a concrete value, ``None`` when it is being traced."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(x)
+    except Exception:  # pragma: no cover - exotic array types
+        return None
+
+
+def groups(group_ids, *, num_groups: int | None = None) -> Groups:
+    """Densify group ids once, for reuse by every grouped function of a training step.
+
+    ``groups(ids)`` accepts any integer ids — negative, sparse, unsorted, any group size — and
+    returns a :class:`Groups` with ``num_groups = B``. ``groups(ids, num_groups=G)`` is the fast
+    path for ids already dense in ``[0, G)``: they are used as they are, with no hashing.
+
+    64-bit ids are never truncated: under ``jax_enable_x64`` they are hashed at full width; without
+    it, a concrete NumPy ``int64`` array whose values do not fit in int32 is densified exactly on
+    the host (``np.unique``). Inside ``jit`` with x64 off, JAX has already cast such ids to int32
+    before credax sees them — call ``groups`` (or ``validate_turns``) on the raw ids outside
+    ``jit``, as a data pipeline does anyway.
+
+    Args:
+      group_ids: ``int[B]`` prompt id of each row, or a ``Groups`` (returned unchanged).
+      num_groups: static; a promise that ids are dense in ``[0, num_groups)``. Checked when the
+        ids are concrete; under ``jit`` an id outside the range is not detected (its row would
+        receive statistics of the wrong set), so promise only what your pipeline guarantees.
+
+    Returns:
+      ``Groups(index: int32[B], num_groups: int)``.
+
+    Raises:
+      TypeError: ``group_ids`` is not an integer array.
+      ValueError: ``group_ids`` is not 1-D, or breaks the ``num_groups`` promise.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> g = credax.groups(jnp.array([7, -3, 7, 10**6]))
+      >>> g.num_groups
+      4
+      >>> bool(g.index[0] == g.index[2]), bool(g.index[0] == g.index[1])
+      (True, False)
+    """
+    if isinstance(group_ids, Groups):
+        return group_ids
+    host = _concrete_numpy(group_ids)
+    if host is not None:
+        if host.dtype == object or not np.issubdtype(host.dtype, np.integer):
+            raise TypeError(f"`group_ids` must be an integer array; got dtype {host.dtype}.")
+        if host.ndim != 1:
+            raise ValueError(f"`group_ids` must be 1-D, shape [B]; got shape {host.shape}.")
+        if num_groups is not None:
+            num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
+            if host.size and (host.min() < 0 or host.max() >= num_groups):
+                raise ValueError(
+                    f"`group_ids` must lie in [0, num_groups={num_groups}) when `num_groups` is "
+                    f"given; found values in [{host.min()}, {host.max()}]. Drop `num_groups` to "
+                    "group arbitrary ids."
+                )
+            return Groups(jnp.asarray(host, dtype=jnp.int32), num_groups)
+        too_wide = host.dtype.itemsize > 4 and host.size and (
+            host.min() < _INT32_MIN or host.max() > _INT32_MAX
+        )
+        if too_wide and not jax.config.jax_enable_x64:
+            # JAX would silently wrap these to int32 and could merge two groups: densify exactly.
+            _, inverse = np.unique(host, return_inverse=True)
+            return Groups(jnp.asarray(inverse.reshape(-1), dtype=jnp.int32), host.shape[0])
+        ids = jnp.asarray(host)
+    else:
+        ids = _checks.as_int_array(group_ids, "group_ids")
+        _checks.check_ndim(ids, "group_ids", 1, "[B]")
+        if num_groups is not None:
+            num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
+            return Groups(ids.astype(jnp.int32), num_groups)
+    return Groups(_representatives_jit((ids,)), ids.shape[0])
+
+
+def groups_from_keys(*keys: jax.Array, valid: jax.Array | None = None) -> Groups:
+    """Groups of rows whose key tuples are equal, e.g. (prompt, anchor state) for GiGPO.
+
+    Shared helper for modules that group by more than one id. Rows with ``valid`` false form
+    singleton groups of their own (they never join a real group).
+    """
+    return Groups(_representatives(tuple(keys), valid), keys[0].shape[0])
+
+
+def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, ...] = ("group_ids",)):
+    """Decorator for public functions: jit with static options, ids → ``Groups`` before tracing.
+
+    The group-id arguments are converted by :func:`groups` outside the compiled function, so raw
+    ids and a precomputed ``Groups`` hit the same compiled program, and concrete 64-bit ids are
+    checked on the host. Called inside a user's own ``jit`` everything is simply traced inline.
+    """
+
+    def decorate(fn):
+        jitted = jax.jit(fn, static_argnames=static_argnames)
+        params = list(inspect.signature(fn).parameters)
+        positions = {name: params.index(name) for name in group_args if name in params}
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if positions:
+                args = list(args)
+                for name, pos in positions.items():
+                    if pos < len(args):
+                        args[pos] = groups(args[pos])
+                    elif name in kwargs:
+                        kwargs[name] = groups(kwargs[name])
+            return jitted(*args, **kwargs)
+
+        wrapper.jitted = jitted  # tests read jitted._cache_size() to check "compiles once"
+        return wrapper
+
+    return decorate
+
+
+# --------------------------------------------------------------------------------------------
+# Segment statistics.
+# --------------------------------------------------------------------------------------------
+
+
+class _Stats(NamedTuple):
+    """Per-entry statistics of each entry's peer set, gathered back to ``[B, ...]``."""
+
+    count: jax.Array  # valid members of the set (float, compute dtype)
+    shift: jax.Array  # the set's maximum (a member), stop-gradient; 0 for empty sets
+    shifted: jax.Array  # x - shift at valid entries, 0 elsewhere
+    total: jax.Array  # sum of the shifted values
+    mean: jax.Array  # mean of the shifted values
+    sum_sq: jax.Array  # centred sum of squares
+    constant: jax.Array  # every valid value identical (exact)
+
+
+def _check_x_and_groups(x, g: Groups, name: str) -> None:
+    idx = g.index
+    if idx.ndim != 1:
+        raise ValueError(f"`group_ids` must be 1-D, shape [B]; got shape {idx.shape}.")
+    if x.ndim < 1 or x.shape[0] != idx.shape[0]:
+        raise ValueError(
+            f"`{name}` must have a leading batch axis of size B={idx.shape[0]} (the length of "
+            f"`group_ids`); got shape {x.shape}."
+        )
+
+
+def _segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Array) -> _Stats:
+    """Masked statistics of ``x[B, ...]`` per (segment, trailing index), gathered to ``[B, ...]``."""
+    neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
+    # Shift by the set maximum: constant sets become exact zeros (see the module docstring).
+    shift_g = jax.ops.segment_max(jnp.where(mask, x, neg_inf), index, num_groups)
+    shift_g = jax.lax.stop_gradient(jnp.where(jnp.isfinite(shift_g), shift_g, 0))
+    shift = shift_g[index]
+    shifted = jnp.where(mask, x - shift, jnp.zeros_like(x))
+    # One scatter for count and sum: XLA's CPU scatter is a loop, two columns cost about one.
+    both = jnp.stack([mask.astype(x.dtype), shifted], axis=-1)
+    count_g, sum_g = jnp.moveaxis(jax.ops.segment_sum(both, index, num_groups), -1, 0)
+    mean_g = _checks.safe_div(sum_g, count_g, count_g > 0)
+    mean = mean_g[index]
+    centred = jnp.where(mask, shifted - mean, jnp.zeros_like(x))
+    sum_sq = jax.ops.segment_sum(centred * centred, index, num_groups)[index]
+    # Shifted values are <= 0, so their sum is 0 exactly when every one of them is 0.
+    constant = sum_g[index] == 0
+    return _Stats(count_g[index], shift, shifted, sum_g[index], mean, sum_sq, constant)
+
+
+def _prepare(x, g: Groups, mask, name: str = "x"):
+    x = _checks.as_float_array(x, name)
+    _check_x_and_groups(x, g, name)
+    mask = _checks.as_mask(mask, "mask", x.shape)
+    out_dtype = _checks.output_dtype(x.dtype)
+    xc = x.astype(_checks.compute_dtype(x.dtype))
+    return xc, mask, out_dtype
+
+
+def normalize_with_groups(
+    x: jax.Array,
+    g: Groups,
+    mask: jax.Array,
+    *,
+    center: bool,
+    scale,
+    ddof: int,
+    eps,
+    eps_mode: str,
+    singleton: str,
+    leave_one_out: bool,
+) -> jax.Array:
+    """The body of :func:`group_normalize` on prepared inputs (compute dtype, boolean mask).
+
+    Shared by the other modules (TCPO, MT-GRPO, GiGPO) so that options are validated and applied
+    in exactly one place.
+    """
+    _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
+    _checks.check_option(singleton, "singleton", SINGLETON_MODES)
+    _checks.check_option(scale, "scale", SCALE_MODES)
+    if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
+        raise TypeError("`center` and `leave_one_out` must be Python bools (they change the program).")
+    ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
+    scale_level = {True: "group", False: "none"}.get(scale, scale)
+    dt = x.dtype
+    eps = _checks.scalar(eps, dt, "eps")
+
+    st = _segment_stats(x, g.index, g.num_groups, mask)
+    singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
+
+    if center:
+        centred = st.shifted - st.mean
+        if leave_one_out:
+            # x_i - mean_{j != i} x_j = n / (n - 1) * (x_i - mean); n >= 2 off the singleton branch.
+            centred = centred * _checks.safe_div(st.count, st.count - 1, st.count > 1)
+        num = centred
+    else:
+        num = x
+
+    if scale_level == "none":
+        out = num
+    else:
+        if scale_level == "group":
+            sum_sq, count, constant = st.sum_sq, st.count, st.constant
+        else:  # "batch": one set per trailing index (TRL's scale_rewards="batch")
+            bst = _segment_stats(x, jnp.zeros_like(g.index), 1, mask)
+            sum_sq, count, constant = bst.sum_sq, bst.count, bst.constant
+        dof = count - ddof
+        var = _checks.safe_div(sum_sq, dof, dof > 0)
+        den = _checks.safe_sqrt(var) + eps if eps_mode == "add" else _checks.safe_sqrt(var + eps)
+        # Zero-spread sets are never divided: centred they are exactly 0 already, and uncentred
+        # (center=False) dividing a constant by eps would blow it up by 1/eps.
+        out = _checks.safe_div(num, den, (den > 0) & ~constant)
+        out = jnp.where(constant, num, out)
+
+    if singleton == "zero":
+        single = jnp.zeros_like(x)
+    elif singleton == "raw":
+        single = x
+    else:  # "center": the centred, unscaled value (0 for a set of one)
+        single = st.shifted - st.mean
+    out = jnp.where(singleton_set, single, out)
+    return jnp.where(mask, out, jnp.zeros_like(out))
+
+
+@jit_public(static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"))
+def group_normalize(
+    x: Float[Array, "B *rest"],
+    group_ids: Int[Array, " B"] | Groups,
+    mask: Bool[Array, "B *rest"] | None = None,
+    *,
+    center: bool = True,
+    scale: bool | str = True,
+    ddof: int = 1,
+    eps: float | Float[Array, ""] = 1e-6,
+    eps_mode: str = "add",
+    singleton: str = "zero",
+    leave_one_out: bool = False,
+) -> Float[Array, "B *rest"]:
+    """Normalise ``x`` within each group (per group and trailing index).
+
+    For the peer set ``P`` of an entry (valid entries of the same group at the same trailing
+    index), with ``n = |P|``, mean ``μ`` and ``σ = sqrt(Σ (x - μ)² / (n - ddof))``::
+
+        center, scale="group"    (x - μ) / (σ + eps)          eps_mode="add"  (verl, TRL)
+                                 (x - μ) / sqrt(σ² + eps)     eps_mode="sqrt"
+        scale=False              x - μ                        (Dr. GRPO)
+        leave_one_out=True       μ is the mean of the *other* entries: x - μ_{-i} = n/(n-1)(x - μ)
+        scale="batch"            (x - μ) / (σ_batch + eps)    σ over every valid entry of the batch
+                                                              at that trailing index (TRL "batch")
+        center=False             x / (σ + eps), or x unchanged with scale=False
+
+    Degenerate sets, all defined: a set whose valid values are all identical (exact comparison)
+    gives exactly ``0`` when centred, whatever ``eps`` (zero-spread sets are never divided, so
+    uncentred they keep ``x``); a singleton set (``n == 1`` or ``n - ddof <= 0``) gives ``0``
+    (``singleton="zero"``), ``x`` (``"raw"``, verl's mean 0 / std 1 convention) or ``x - μ``
+    (``"center"``); masked entries are ``0`` and do not count.
+
+    Args:
+      x: ``float[B, ...]`` values (rewards ``[B]``, per-turn credit ``[B, K]``, ...). Integer and
+        bool inputs are computed in float32; bfloat16/float16 in float32 and cast back.
+      group_ids: ``int[B]`` any integer ids, or a :class:`Groups` from :func:`groups`.
+      mask: ``bool`` of ``x.shape``; true = real entry. ``None``: all entries real.
+      center: subtract the peer mean (static).
+      scale: ``True``/``"group"`` divide by the set's std, ``"batch"`` by the batch std,
+        ``False``/``"none"`` do not divide (static).
+      ddof: delta degrees of freedom of the std (1 = unbiased, as torch ``std``) (static).
+      eps: added to the std (``"add"``) or to the variance (``"sqrt"``); may be a traced scalar.
+      eps_mode: ``"add"`` or ``"sqrt"`` (static).
+      singleton: ``"zero"``, ``"raw"`` or ``"center"`` (static).
+      leave_one_out: centre on the mean of the other entries (RLOO) (static).
+
+    Returns:
+      Array shaped and typed like ``x`` (float32 for integer input); ``0`` at masked entries.
+
+    Raises:
+      TypeError: non-boolean ``mask``, non-integer ``group_ids``, non-numeric ``x``.
+      ValueError: shapes disagree, or an option is unknown.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> r = jnp.array([1.0, 0.0, 0.35, 0.35, 5.0])
+      >>> ids = jnp.array([3, 3, -1, -1, 42])   # a pair, a constant pair, a singleton
+      >>> credax.group_normalize(r, ids, eps=0.0)
+      Array([ 0.70710677, -0.70710677,  0.        ,  0.        ,  0.        ], dtype=float32)
+
+    References:
+      Shao et al. 2024 (GRPO, arXiv 2402.03300); Liu et al. 2025 (Dr. GRPO, arXiv 2503.20783).
+      Defaults match verl's GRPO (unbiased std, ``+1e-6`` on the std) except singletons, which
+      get ``0`` (verl keeps the raw score: ``credax.presets.VERL``).
+    """
+    xc, mask, out_dtype = _prepare(x, group_ids, mask)
+    out = normalize_with_groups(
+        xc, group_ids, mask, center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
+        singleton=singleton, leave_one_out=leave_one_out,
+    )
+    return out.astype(out_dtype)
+
+
+@jit_public()
+def group_mean(
+    x: Float[Array, "B *rest"],
+    group_ids: Int[Array, " B"] | Groups,
+    mask: Bool[Array, "B *rest"] | None = None,
+) -> Float[Array, "B *rest"]:
+    """Mean of each entry's peer set (valid entries of its group at its trailing index).
+
+    ``out[i] = mean_{j in P(i)} x[j]``, including ``i`` itself; ``0`` at masked entries. A
+    constant set returns its value exactly.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> credax.group_mean(jnp.array([1.0, 0.0, 4.0]), jnp.array([5, 5, 9]))
+      Array([0.5, 0.5, 4. ], dtype=float32)
+    """
+    xc, mask, out_dtype = _prepare(x, group_ids, mask)
+    st = _segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    out = jnp.where(mask, st.shift + st.mean, jnp.zeros_like(xc))
+    return out.astype(out_dtype)
+
+
+@jit_public()
+def group_count(
+    group_ids: Int[Array, " B"] | Groups,
+    mask: Bool[Array, "B *rest"] | None = None,
+) -> Int[Array, "B *rest"]:
+    """Number of valid entries in each entry's peer set (itself included); ``0`` at masked entries.
+
+    Shape ``[B]`` without a mask, else the mask's shape (``[B, K]`` counts per (group, turn)).
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> credax.group_count(jnp.array([5, 5, 9]))
+      Array([2, 2, 1], dtype=int32)
+    """
+    idx = group_ids.index
+    shape = idx.shape if mask is None else jnp.shape(mask)
+    if len(shape) < 1 or shape[0] != idx.shape[0]:
+        raise ValueError(f"`mask` must have leading axis B={idx.shape[0]}; got shape {shape}.")
+    mask = _checks.as_mask(mask, "mask", shape)
+    count = jax.ops.segment_sum(mask.astype(jnp.int32), idx, group_ids.num_groups)[idx]
+    return jnp.where(mask, count, 0)
+
+
+class PeerMean(NamedTuple):
+    """Leave-one-out mean of the other valid entries of each entry's peer set."""
+
+    mean: jax.Array
+    count: jax.Array
+
+
+@jit_public()
+def peer_mean(
+    x: Float[Array, "B *rest"],
+    group_ids: Int[Array, " B"] | Groups,
+    mask: Bool[Array, "B *rest"] | None = None,
+) -> PeerMean:
+    """Mean of the *other* valid entries of each entry's peer set, and how many there are.
+
+    ``mean[i] = mean_{j in P(i), j != i} x[j]`` and ``count[i] = |P(i)| - 1`` at valid entries;
+    ``mean = 0`` where ``count == 0`` (no peer) and ``mean = count = 0`` at masked entries.
+    This is the hindsight baseline of TCPO and the RLOO baseline.
+
+    Returns:
+      ``PeerMean(mean: float like x, count: int32 like x)``.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> pm = credax.peer_mean(jnp.array([1.0, 0.0, 0.5, 4.0]), jnp.array([5, 5, 5, 9]))
+      >>> pm.mean, pm.count
+      (Array([0.25, 0.75, 0.5 , 0.  ], dtype=float32), Array([2, 2, 2, 0], dtype=int32))
+    """
+    xc, mask, out_dtype = _prepare(x, group_ids, mask)
+    st = _segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    others = st.count - 1
+    has_peer = mask & (others > 0)
+    # Sum of the others in the shifted domain: the set's sum minus the entry's own value.
+    loo = _checks.safe_div(st.total - st.shifted, others, has_peer)
+    mean = jnp.where(has_peer, st.shift + loo, jnp.zeros_like(xc))
+    count = jnp.where(mask, others, 0).astype(jnp.int32)
+    return PeerMean(mean.astype(out_dtype), count)

@@ -1,0 +1,263 @@
+"""Turn-space tools: best prior score, future best, discounts, returns, token broadcast, surprisal.
+
+Turn tensors are ``[B, K]``: one row per trajectory, turn index ``k`` 0-based on the last axis
+(the papers' 1-based ``k`` is ``k + 1`` here, so their ``γ^{k-1}`` is ``γ^k``). ``turn_mask`` marks
+real turns; valid turns form a prefix of each row (``validate_turns`` rejects a gap), but every
+function here treats masked entries as absent whatever they hold (NaN and inf included) and returns
+exactly ``0`` there. Credit is computed in turn space and only then scattered to tokens through an
+explicit ``token_turn`` map — never by scanning token masks, which is how peers lost rewards across
+tool-observation spans (user-issues #23).
+
+All scans are ``jax.lax`` cumulative ops or a reverse ``lax.scan``: no Python loop over turns.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+from ._groups import jit_public
+
+
+def prepare_turns(scores, turn_mask, name: str = "scores"):
+    """Shared argument handling for ``[B, K]`` turn tensors: (values in compute dtype, bool mask,
+    output dtype)."""
+    scores = _checks.as_float_array(scores, name)
+    _checks.check_ndim(scores, name, 2, "[B, K]")
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", scores.shape)
+    out_dtype = _checks.output_dtype(scores.dtype)
+    return scores.astype(_checks.compute_dtype(scores.dtype)), turn_mask, out_dtype
+
+
+def masked_best_prior(s: jax.Array, turn_mask: jax.Array, initial: jax.Array) -> jax.Array:
+    """``max(initial, max_{t<k, valid} s_t)`` on prepared inputs; values at masked turns undefined."""
+    neg_inf = jnp.array(-jnp.inf, dtype=s.dtype)
+    running = jax.lax.cummax(jnp.where(turn_mask, s, neg_inf), axis=1)
+    before = jnp.concatenate([jnp.full_like(running[:, :1], neg_inf), running[:, :-1]], axis=1)
+    return jnp.maximum(before, initial)
+
+
+def masked_future_best(s: jax.Array, turn_mask: jax.Array) -> jax.Array:
+    """``max_{t>=k, valid} s_t`` on prepared inputs; ``-inf`` where no valid turn follows."""
+    neg_inf = jnp.array(-jnp.inf, dtype=s.dtype)
+    return jax.lax.cummax(jnp.where(turn_mask, s, neg_inf), axis=1, reverse=True)
+
+
+def discount_powers(num_turns: int, gamma: jax.Array) -> jax.Array:
+    """``γ^k`` for ``k = 0..K-1`` in ``gamma``'s dtype; ``0^0 = 1``, so ``γ = 0`` keeps turn 0 only."""
+    k = jnp.arange(num_turns)
+    # Repeated multiplication via cumprod would drift; integer powers are exact enough and
+    # finite for long horizons (γ^k underflows to 0, never to NaN).
+    return jnp.where(k == 0, jnp.ones((), gamma.dtype), gamma ** k.astype(gamma.dtype))
+
+
+@jit_public()
+def best_prior(
+    scores: Float[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    *,
+    initial: float | Float[Array, ""] = 0.0,
+) -> Float[Array, "B K"]:
+    """Best score before each turn: ``m_k = max(initial, max_{t<k} s_t)`` over valid turns.
+
+    ``m_0 = initial`` (TCPO's best prior of the first turn; scores in ``[0, 1]`` make ``0`` the
+    natural floor).
+
+    Args:
+      scores: ``float[B, K]`` per-turn verifier scores.
+      turn_mask: ``bool[B, K]`` real turns.
+      initial: the reference before any turn; may be traced.
+
+    Returns:
+      ``float[B, K]``; ``0`` at masked turns.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> s = jnp.array([[0.0, 0.5, 1.0, 0.5]])
+      >>> credax.best_prior(s, jnp.array([[True, True, True, False]]))
+      Array([[0. , 0. , 0.5, 0. ]], dtype=float32)
+    """
+    s, turn_mask, out_dtype = prepare_turns(scores, turn_mask)
+    initial = _checks.scalar(initial, s.dtype, "initial")
+    m = masked_best_prior(s, turn_mask, initial)
+    return jnp.where(turn_mask, m, 0).astype(out_dtype)
+
+
+@jit_public()
+def future_best(
+    scores: Float[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+) -> Float[Array, "B K"]:
+    """Best score from each turn on: ``u_k = max_{t>=k} s_t`` over valid turns.
+
+    Returns:
+      ``float[B, K]``; ``0`` at masked turns.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> credax.future_best(jnp.array([[0.0, 0.5, 0.2]]), jnp.array([[True, True, True]]))
+      Array([[0.5, 0.5, 0.2]], dtype=float32)
+    """
+    s, turn_mask, out_dtype = prepare_turns(scores, turn_mask)
+    u = masked_future_best(s, turn_mask)
+    return jnp.where(turn_mask, u, 0).astype(out_dtype)
+
+
+def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[Array, " K"]:
+    """Turn weights ``γ^k``, ``k = 0..K-1`` (the papers' ``γ^{k-1}`` with 1-based ``k``).
+
+    Args:
+      num_turns: static ``K``.
+      gamma: discount; may be traced.
+
+    Returns:
+      ``float32[K]`` (float64 for a float64 ``gamma``).
+
+    Examples:
+      >>> import credax
+      >>> credax.discount_weights(4, 0.5)
+      Array([1.   , 0.5  , 0.25 , 0.125], dtype=float32)
+    """
+    num_turns = _checks.check_static_int(num_turns, "num_turns")
+    gamma = jnp.asarray(gamma)
+    gamma = _checks.scalar(gamma, _checks.compute_dtype(gamma.dtype), "gamma")
+    return discount_powers(num_turns, gamma)
+
+
+@jit_public()
+def discounted_returns(
+    rewards: Float[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    *,
+    gamma: float | Float[Array, ""],
+) -> Float[Array, "B K"]:
+    """Discounted return of each turn: ``G_k = Σ_{t>=k, valid} γ^{t-k} r_t``.
+
+    Computed by a reverse scan ``G_k = r_k + γ G_{k+1}`` (stable for any horizon: no ``γ^{-k}``).
+    Masked turns contribute nothing; with prefix masks this is the return to the end of the
+    trajectory.
+
+    Args:
+      rewards: ``float[B, K]`` per-turn rewards.
+      turn_mask: ``bool[B, K]``.
+      gamma: discount in ``[0, 1]``; may be traced. ``γ = 0`` returns the rewards.
+
+    Returns:
+      ``float[B, K]``; ``0`` at masked turns.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> credax.discounted_returns(jnp.array([[0.0, 1.0, 1.0]]), jnp.ones((1, 3), bool), gamma=0.5)
+      Array([[0.75, 1.5 , 1.  ]], dtype=float32)
+    """
+    r, turn_mask, out_dtype = prepare_turns(rewards, turn_mask, "rewards")
+    gamma = _checks.scalar(gamma, r.dtype, "gamma")
+    r = jnp.where(turn_mask, r, jnp.zeros_like(r))
+
+    def step(carry, r_k):
+        g = r_k + gamma * carry
+        return g, g
+
+    _, g = jax.lax.scan(step, jnp.zeros_like(r[:, 0]), r.T, reverse=True)
+    return jnp.where(turn_mask, g.T, 0).astype(out_dtype)
+
+
+def gather_turns(turn_values: jax.Array, token_turn: jax.Array) -> jax.Array:
+    """``turn_values[b, token_turn[b, t]]``, ``0`` where ``token_turn`` is outside ``[0, K)``.
+
+    Shared by ``broadcast_to_tokens`` and the fused policy loss (which gathers per-turn advantages
+    inside the loss instead of materialising a ``[B, T]`` tensor first).
+    """
+    num_turns = turn_values.shape[1]
+    inside = (token_turn >= 0) & (token_turn < num_turns)
+    picked = jnp.take_along_axis(turn_values, jnp.clip(token_turn, 0, num_turns - 1), axis=1)
+    return jnp.where(inside, picked, jnp.zeros_like(picked))
+
+
+def check_token_turn(token_turn, batch: int, name: str = "token_turn") -> jax.Array:
+    token_turn = _checks.as_int_array(token_turn, name)
+    _checks.check_ndim(token_turn, name, 2, "[B, T]")
+    if token_turn.shape[0] != batch:
+        raise ValueError(f"`{name}` must have shape [B, T] with B={batch}; got {token_turn.shape}.")
+    return token_turn
+
+
+@jit_public()
+def broadcast_to_tokens(
+    turn_values: Float[Array, "B K"],
+    token_turn: Int[Array, "B T"],
+) -> Float[Array, "B T"]:
+    """Give every token the value of the turn that generated it.
+
+    ``out[b, t] = turn_values[b, token_turn[b, t]]``, and ``0`` where ``token_turn == -1`` (prompt,
+    tool/environment observation and padding tokens receive no credit). Indices ``>= K`` are
+    treated like ``-1`` (``validate_turns`` rejects them eagerly).
+
+    Args:
+      turn_values: ``float[B, K]`` per-turn advantages.
+      token_turn: ``int[B, T]`` turn index of each token or ``-1``.
+
+    Returns:
+      ``float[B, T]`` in ``turn_values``' dtype.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> credax.broadcast_to_tokens(jnp.array([[0.5, -1.0]]), jnp.array([[-1, 0, 0, -1, 1, -1]]))
+      Array([[ 0. ,  0.5,  0.5,  0. , -1. ,  0. ]], dtype=float32)
+    """
+    turn_values = _checks.as_float_array(turn_values, "turn_values")
+    _checks.check_ndim(turn_values, "turn_values", 2, "[B, K]")
+    token_turn = check_token_turn(token_turn, turn_values.shape[0])
+    return gather_turns(turn_values.astype(_checks.output_dtype(turn_values.dtype)), token_turn)
+
+
+@jit_public(static_argnames=("num_turns", "reduce"))
+def turn_surprisal(
+    token_logprobs: Float[Array, "B T"],
+    token_turn: Int[Array, "B T"],
+    *,
+    num_turns: int,
+    reduce: str = "mean",
+) -> Float[Array, "B K"]:
+    """Surprisal of each turn: mean (or sum) of ``-log p`` over the tokens it generated.
+
+    Tokens with ``token_turn == -1`` (or outside ``[0, num_turns)``) are ignored, whatever their
+    log-prob holds (NaN included). Turns without tokens get ``0``. TCPO selects its counterfactual
+    turns by this quantity (*(reading)*: the paper does not give the formula; mean token NLL is
+    length-neutral, ``reduce="sum"`` is the alternative).
+
+    Args:
+      token_logprobs: ``float[B, T]`` log-probabilities of the sampled tokens (rollout policy).
+      token_turn: ``int[B, T]``.
+      num_turns: static ``K``.
+      reduce: ``"mean"`` or ``"sum"`` (static).
+
+    Returns:
+      ``float[B, K]``.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> lp = jnp.log(jnp.array([[0.5, 0.25, 1.0, 0.5]]))
+      >>> credax.turn_surprisal(lp, jnp.array([[0, 0, -1, 1]]), num_turns=3)
+      Array([[1.0397208, 0.6931472, 0.       ]], dtype=float32)
+    """
+    _checks.check_option(reduce, "reduce", ("mean", "sum"))
+    num_turns = _checks.check_static_int(num_turns, "num_turns", minimum=1)
+    lp = _checks.as_float_array(token_logprobs, "token_logprobs")
+    _checks.check_ndim(lp, "token_logprobs", 2, "[B, T]")
+    token_turn = check_token_turn(token_turn, lp.shape[0])
+    _checks.check_shape(token_turn, "token_turn", lp.shape, "[B, T]")
+    out_dtype = _checks.output_dtype(lp.dtype)
+    lp = lp.astype(_checks.compute_dtype(lp.dtype))
+    batch = lp.shape[0]
+    inside = (token_turn >= 0) & (token_turn < num_turns)
+    # Flat segment b*K + k; tokens without a turn go to one spare segment that is dropped.
+    seg = jnp.where(inside, jnp.arange(batch)[:, None] * num_turns + token_turn, batch * num_turns)
+    nll = jnp.where(inside, -lp, jnp.zeros_like(lp))
+    both = jnp.stack([nll, inside.astype(lp.dtype)], axis=-1).reshape(-1, 2)
+    sums = jax.ops.segment_sum(both, seg.reshape(-1), batch * num_turns + 1)[:-1]
+    total, count = sums[:, 0].reshape(batch, num_turns), sums[:, 1].reshape(batch, num_turns)
+    out = total if reduce == "sum" else _checks.safe_div(total, count, count > 0)
+    return out.astype(out_dtype)

@@ -1,0 +1,55 @@
+"""Parity presets: keyword arguments that make credax reproduce a peer framework's numbers.
+
+Use them as ``credax.grpo_advantages(rewards, ids, **credax.presets.VERL)`` (or with
+``group_normalize``). Each dict is the complete set of normalisation options, so nothing falls back
+silently to a credax default. The tests check each preset against a hand-worked example of the
+peer's formula.
+
+===============  ===========================================================================
+preset           reproduces
+===============  ===========================================================================
+``VERL``         verl ``compute_grpo_outcome_advantage``: unbiased std, ``(r - μ)/(σ + 1e-6)``,
+                 a singleton keeps its raw score (verl sets its mean 0 and std 1).
+``VERL_DR_GRPO`` verl with ``norm_adv_by_std_in_grpo=False``: ``r - μ``, singleton raw.
+``TRL``          TRL ``GRPOTrainer`` with ``scale_rewards="group"`` (default): unbiased std,
+                 ``(r - μ)/(σ + 1e-4)``.
+``TRL_BATCH``    TRL ``scale_rewards="batch"``: group mean, std of the whole batch, ``+1e-4``.
+``TRL_NONE``     TRL ``scale_rewards="none"`` (Dr. GRPO): ``r - μ``.
+===============  ===========================================================================
+
+TRL requires at least two generations per prompt (it raises otherwise), so its presets keep
+credax's singleton default (``0``); verl's do not.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+VERL = MappingProxyType(
+    dict(center=True, scale=True, ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
+)
+VERL_DR_GRPO = MappingProxyType(
+    dict(center=True, scale=False, ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
+)
+TRL = MappingProxyType(
+    dict(center=True, scale=True, ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
+)
+TRL_BATCH = MappingProxyType(
+    dict(center=True, scale="batch", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
+)
+TRL_NONE = MappingProxyType(
+    dict(center=True, scale=False, ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
+)
+
+
+def trl(scale_rewards: str = "group") -> MappingProxyType:
+    """The TRL preset for a ``scale_rewards`` setting: ``"group"``, ``"batch"`` or ``"none"``."""
+    try:
+        return {"group": TRL, "batch": TRL_BATCH, "none": TRL_NONE}[scale_rewards]
+    except KeyError:
+        raise ValueError(
+            f"`scale_rewards` must be one of ['group', 'batch', 'none']; got {scale_rewards!r}."
+        ) from None
+
+
+__all__ = ["TRL", "TRL_BATCH", "TRL_NONE", "VERL", "VERL_DR_GRPO", "trl"]
