@@ -43,6 +43,8 @@ _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 SINGLETON_MODES = ("zero", "raw", "center")
 EPS_MODES = ("add", "sqrt")
 SCALE_MODES = (True, False, "group", "batch", "none")
+# The options of group_normalize that change the program (static under jit); eps stays traced.
+NORMALIZE_STATIC = ("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out")
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,7 +298,7 @@ def _check_x_and_groups(x, g: Groups, name: str) -> None:
         )
 
 
-def _segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Array) -> _Stats:
+def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Array) -> _Stats:
     """Masked statistics of ``x[B, ...]`` per (segment, trailing index), gathered to ``[B, ...]``."""
     neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
     # Shift by the set maximum: constant sets become exact zeros (see the module docstring).
@@ -316,7 +318,7 @@ def _segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Ar
     return _Stats(count_g[index], shift, shifted, sum_g[index], mean, sum_sq, constant)
 
 
-def _prepare(x, g: Groups, mask, name: str = "x"):
+def prepare(x, g: Groups, mask, name: str = "x"):
     x = _checks.as_float_array(x, name)
     _check_x_and_groups(x, g, name)
     mask = _checks.as_mask(mask, "mask", x.shape)
@@ -353,7 +355,7 @@ def normalize_with_groups(
     dt = x.dtype
     eps = _checks.scalar(eps, dt, "eps")
 
-    st = _segment_stats(x, g.index, g.num_groups, mask)
+    st = segment_stats(x, g.index, g.num_groups, mask)
     singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
 
     if center:
@@ -371,7 +373,7 @@ def normalize_with_groups(
         if scale_level == "group":
             sum_sq, count, constant = st.sum_sq, st.count, st.constant
         else:  # "batch": one set per trailing index (TRL's scale_rewards="batch")
-            bst = _segment_stats(x, jnp.zeros_like(g.index), 1, mask)
+            bst = segment_stats(x, jnp.zeros_like(g.index), 1, mask)
             sum_sq, count, constant = bst.sum_sq, bst.count, bst.constant
         dof = count - ddof
         var = _checks.safe_div(sum_sq, dof, dof > 0)
@@ -457,7 +459,7 @@ def group_normalize(
       Defaults match verl's GRPO (unbiased std, ``+1e-6`` on the std) except singletons, which
       get ``0`` (verl keeps the raw score: ``credax.presets.VERL``).
     """
-    xc, mask, out_dtype = _prepare(x, group_ids, mask)
+    xc, mask, out_dtype = prepare(x, group_ids, mask)
     out = normalize_with_groups(
         xc, group_ids, mask, center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
         singleton=singleton, leave_one_out=leave_one_out,
@@ -481,8 +483,8 @@ def group_mean(
       >>> credax.group_mean(jnp.array([1.0, 0.0, 4.0]), jnp.array([5, 5, 9]))
       Array([0.5, 0.5, 4. ], dtype=float32)
     """
-    xc, mask, out_dtype = _prepare(x, group_ids, mask)
-    st = _segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    xc, mask, out_dtype = prepare(x, group_ids, mask)
+    st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
     out = jnp.where(mask, st.shift + st.mean, jnp.zeros_like(xc))
     return out.astype(out_dtype)
 
@@ -538,8 +540,8 @@ def peer_mean(
       >>> pm.mean, pm.count
       (Array([0.25, 0.75, 0.5 , 0.  ], dtype=float32), Array([2, 2, 2, 0], dtype=int32))
     """
-    xc, mask, out_dtype = _prepare(x, group_ids, mask)
-    st = _segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    xc, mask, out_dtype = prepare(x, group_ids, mask)
+    st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
     others = st.count - 1
     has_peer = mask & (others > 0)
     # Sum of the others in the shifted domain: the set's sum minus the entry's own value.

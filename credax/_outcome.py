@@ -13,9 +13,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import Groups, _prepare, _segment_stats, jit_public, normalize_with_groups
-
-_NORMALIZE_STATIC = ("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out")
+from ._groups import (
+    NORMALIZE_STATIC,
+    Groups,
+    prepare,
+    segment_stats,
+    jit_public,
+    normalize_with_groups,
+)
 
 
 def _check_outcome(rewards, name: str = "rewards") -> None:
@@ -25,7 +30,7 @@ def _check_outcome(rewards, name: str = "rewards") -> None:
                          f"got shape {rewards.shape}.")
 
 
-@jit_public(static_argnames=_NORMALIZE_STATIC)
+@jit_public(static_argnames=NORMALIZE_STATIC)
 def grpo_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
@@ -66,7 +71,7 @@ def grpo_advantages(
       2503.20783). verl ``compute_grpo_outcome_advantage``; TRL ``GRPOTrainer``.
     """
     _check_outcome(rewards)
-    xc, mask, out_dtype = _prepare(rewards, group_ids, mask, "rewards")
+    xc, mask, out_dtype = prepare(rewards, group_ids, mask, "rewards")
     out = normalize_with_groups(
         xc, group_ids, mask, center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
         singleton=singleton, leave_one_out=leave_one_out,
@@ -96,7 +101,7 @@ def rloo_advantages(
       Ahmadian et al. 2024 (arXiv 2402.14740); Kool et al. 2019.
     """
     _check_outcome(rewards)
-    xc, mask, out_dtype = _prepare(rewards, group_ids, mask, "rewards")
+    xc, mask, out_dtype = prepare(rewards, group_ids, mask, "rewards")
     out = normalize_with_groups(
         xc, group_ids, mask, center=True, scale=False, ddof=1, eps=0.0, eps_mode="add",
         singleton=singleton, leave_one_out=True,
@@ -104,7 +109,7 @@ def rloo_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public(static_argnames=_NORMALIZE_STATIC)
+@jit_public(static_argnames=NORMALIZE_STATIC)
 def gdpo_advantages(
     rewards: Float[Array, "B C"],
     group_ids: Int[Array, " B"] | Groups,
@@ -158,7 +163,7 @@ def gdpo_advantages(
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", rewards.shape[:1])
         mask = jnp.broadcast_to(mask[:, None], rewards.shape)
-    xc, mask2, out_dtype = _prepare(rewards, group_ids, mask, "rewards")
+    xc, mask2, out_dtype = prepare(rewards, group_ids, mask, "rewards")
     per_component = normalize_with_groups(
         xc, group_ids, mask2, center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
         singleton=singleton, leave_one_out=leave_one_out,
@@ -185,7 +190,7 @@ def degenerate_groups(
       Array([False, False,  True,  True,  True], dtype=bool)
     """
     _check_outcome(rewards)
-    xc, mask, _ = _prepare(rewards, group_ids, mask, "rewards")
-    st = _segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    xc, mask, _ = prepare(rewards, group_ids, mask, "rewards")
+    st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
     return mask & ((st.count <= 1) | st.constant)
 
