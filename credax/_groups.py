@@ -199,6 +199,7 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     """
     if isinstance(group_ids, Groups):
         return group_ids
+    group_ids = _replicate_explicit(group_ids)
     host = _concrete_numpy(group_ids)
     if host is not None:
         if host.dtype == object or not np.issubdtype(host.dtype, np.integer):
@@ -240,6 +241,27 @@ def groups_from_keys(*keys: jax.Array, valid: jax.Array | None = None) -> Groups
     return Groups(_representatives(tuple(keys), valid), keys[0].shape[0])
 
 
+def _replicate_explicit(x):
+    """Replicate an array sharded over *Explicit* mesh axes (``jax.make_mesh``'s default).
+
+    With explicit sharding the shardings are part of the types, and the scatters of the segment
+    statistics (rows of one group on several shards, a table indexed by group) cannot resolve
+    theirs: JAX raises ``ShardingTypeError``. Gathering the rows first is what a group statistic
+    needs anyway; ``[B]`` and ``[B, K]`` arrays are small. Auto-axis (GSPMD) shardings and
+    unsharded values pass through unchanged.
+    """
+    try:
+        sharding = jax.typeof(x).sharding
+    except TypeError:  # static options (strings), not arrays
+        return x
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+        return x
+    if all(axis is None for axis in sharding.spec):
+        return x
+    return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
 def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, ...] = ("group_ids",)):
     """Decorator for public functions: jit with static options, ids → ``Groups`` before tracing.
 
@@ -255,12 +277,15 @@ def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, 
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            args, kwargs = jax.tree_util.tree_map(_replicate_explicit, (args, kwargs))
             if positions:
                 args = list(args)
                 for name, pos in positions.items():
+                    # ``None`` passes through: an optional grouping (select_top_surprisal).
                     if pos < len(args):
-                        args[pos] = groups(args[pos])
-                    elif name in kwargs:
+                        if args[pos] is not None:
+                            args[pos] = groups(args[pos])
+                    elif kwargs.get(name) is not None:
                         kwargs[name] = groups(kwargs[name])
             return jitted(*args, **kwargs)
 
@@ -365,7 +390,9 @@ def normalize_with_groups(
             centred = centred * _checks.safe_div(st.count, st.count - 1, st.count > 1)
         num = centred
     else:
-        num = x
+        # Select, not just mask the output: garbage at a padded entry would otherwise reach the
+        # shared std through the gradient of num / den (0 * NaN in the backward pass).
+        num = jnp.where(mask, x, jnp.zeros_like(x))
 
     if scale_level == "none":
         out = num
@@ -389,6 +416,8 @@ def normalize_with_groups(
         single = x
     else:  # "center": the centred, unscaled value (0 for a set of one)
         single = st.shifted - st.mean
+        if leave_one_out:  # same centring as the main branch (n >= 2 happens when ddof >= 2)
+            single = single * _checks.safe_div(st.count, st.count - 1, st.count > 1)
     out = jnp.where(singleton_set, single, out)
     return jnp.where(mask, out, jnp.zeros_like(out))
 

@@ -7,6 +7,222 @@ turn index.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+from ._groups import NORMALIZE_STATIC, Groups, _check_x_and_groups, jit_public, normalize_with_groups
+from ._turns import prepare_turns
+
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
+
+@jit_public(static_argnames=NORMALIZE_STATIC)
+def mt_grpo_advantages(
+    turn_rewards: Float[Array, "B K"],
+    outcome_rewards: Float[Array, " B"],
+    turn_mask: Bool[Array, "B K"],
+    group_ids: Int[Array, " B"] | Groups,
+    *,
+    turn_coef: float | Float[Array, ""] = 1.0,
+    center: bool = True,
+    scale: bool | str = True,
+    ddof: int = 1,
+    eps: float | Float[Array, ""] = 1e-6,
+    eps_mode: str = "add",
+    singleton: str = "zero",
+    leave_one_out: bool = False,
+) -> Float[Array, "B K"]:
+    """MT-GRPO turn advantages: outcome advantage per prompt plus turn advantage per (prompt, turn).
+
+    ::
+
+        Â^O_i    = group_normalize(outcome_rewards)_i           over the rows of prompt q_i
+        Â^T_{i,k} = group_normalize(turn_rewards)_{i,k}          over the rows of q_i with turn k
+        A_{i,k}   = Â^O_i + turn_coef · Â^T_{i,k}                on valid turns, 0 elsewhere
+
+    Both normalisations take the same options (those of :func:`credax.group_normalize`). A row
+    with no valid turn is not a trajectory: it enters no statistic and gets ``0``.
+
+    K-turn generalisation. The paper's code (``SiliangZeng/Multi-Turn-RL-Agent``,
+    ``MTGRPOEnvTrainer._assign_advantages``) is fixed at two turns: tokens of the first turn get
+    ``Â^O + λ·Â^T`` from one scalar turn reward per rollout, later tokens ``Â^O``. That is this
+    function with ``K = 2``, ``turn_rewards[:, 1]`` constant (a constant set normalises to exactly
+    ``0``) and ``**credax.presets.TRL`` (unbiased std, ``+1e-4``). Here every turn index gets its
+    own normalised turn reward, the per-turn-index form the paper's v2 describes; the code's
+    fallback (rows without a tool result get the advantage of the summed reward) is not
+    reproduced — give such rows their own mask.
+
+    Caveat (verl issue #7244): the per-turn-index peer sets contain only rows that reached turn
+    ``k``. When the policy decides how many turns to take, the baseline a row's turns are compared
+    with depends on its own stopping decision — an action-dependent baseline that biases the
+    gradient (every "take another turn" gets a hidden bonus of ``−E[turn reward]``). It vanishes
+    when every row has the same number of turns.
+
+    Args:
+      turn_rewards: ``float[B, K]`` reward of each turn; padded turns may hold anything.
+      outcome_rewards: ``float[B]`` outcome reward of each trajectory.
+      turn_mask: ``bool[B, K]`` real turns.
+      group_ids: ``int[B]`` prompt of each row (any integers), or a ``Groups``.
+      turn_coef: ``λ`` (``turn_advantage_coef`` in the paper's code, default 1). May be traced.
+      center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
+        :func:`credax.group_normalize` (``eps`` may be traced, the rest are static).
+
+    Returns:
+      ``float[B, K]`` in the dtype of ``turn_rewards``; ``0`` on padded turns.
+
+    Raises:
+      TypeError: non-boolean ``turn_mask``, non-integer ``group_ids``.
+      ValueError: shapes disagree, unknown options.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> turn = jnp.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # 2-turn code form
+      >>> outcome = jnp.array([1.0, 0.0, 0.0, 1.0])
+      >>> a = credax.mt_grpo_advantages(turn, outcome, jnp.ones((4, 2), bool), jnp.zeros(4, int),
+      ...                               eps=0.0)
+      >>> # Â^O = ±0.5/0.57735 = ±0.866; turn 0: μ=0.75, σ=0.5 -> Â^T = 0.5, -1.5, 0.5, 0.5
+      >>> [[round(float(v), 3) for v in row] for row in a]
+      [[1.366, 0.866], [-2.366, -0.866], [-0.366, -0.866], [1.366, 0.866]]
+
+    References:
+      Zeng et al. 2025, MT-GRPO (arXiv 2505.11821); code ``SiliangZeng/Multi-Turn-RL-Agent``
+      (``verifiers/trainers/mt_grpo_env_trainer.py``); verl RFC issue #7244 for the bias.
+    """
+    r_t, turn_mask, out_dtype = prepare_turns(turn_rewards, turn_mask, "turn_rewards")
+    _check_x_and_groups(r_t, group_ids, "turn_rewards")
+    r_o = _checks.as_float_array(outcome_rewards, "outcome_rewards")
+    _checks.check_shape(r_o, "outcome_rewards", r_t.shape[:1], "[B]")
+    dt = r_t.dtype
+    options = dict(center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
+                   singleton=singleton, leave_one_out=leave_one_out)
+    has_turn = jnp.any(turn_mask, axis=1)
+    a_o = normalize_with_groups(r_o.astype(dt), group_ids, has_turn, **options)
+    a_t = normalize_with_groups(r_t, group_ids, turn_mask, **options)
+    coef = _checks.scalar(turn_coef, dt, "turn_coef")
+    out = jnp.where(turn_mask, a_o[:, None] + coef * a_t, jnp.zeros_like(r_t))
+    return out.astype(out_dtype)
+
+
 # --- GiGPO -----------------------------------------------------------------------------------
+
+from ._groups import groups_from_keys, prepare  # noqa: E402  (GiGPO section; hoist when merged)
+from ._turns import discounted_returns  # noqa: E402
+
+
+@jit_public(static_argnames=("scale",))
+def gigpo_advantages(
+    outcome_rewards: Float[Array, " B"],
+    step_rewards: Float[Array, "B K"],
+    anchor_ids: Int[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    group_ids: Int[Array, " B"] | Groups,
+    *,
+    gamma: float | Float[Array, ""] = 0.95,
+    omega: float | Float[Array, ""] = 1.0,
+    scale: bool = True,
+    eps: float | Float[Array, ""] = 1e-6,
+) -> Float[Array, "B K"]:
+    """GiGPO: episode advantage per prompt plus ``ω`` × step advantage within anchor-state groups.
+
+    ::
+
+        A^E_i     = (R_i - mean_{j ∈ prompt(i)} R_j) / (std + eps)          (Eq. 3)
+        G_{i,k}   = Σ_{t>=k} γ^{t-k} r_{i,t}                                (Eq. 5)
+        A^S_{i,k} = (G_{i,k} - mean_{anchor(i,k)} G) / (std + eps)          (Eqs. 6-7)
+        A_{i,k}   = A^E_i + ω · A^S_{i,k}                                   (Eq. 8)
+
+    The anchor group of a step is every valid step, at **any** turn index, of any trajectory of the
+    same prompt whose ``anchor_ids`` is equal: steps that acted on the same environment state are
+    compared with each other. Both stds are unbiased (``ddof=1``) with ``eps`` added;
+    ``scale=False`` (GiGPO's ``mean_norm``) only subtracts the mean, at both levels. Degenerate
+    groups: an anchor group of one step, or whose returns are all equal, gives step advantage
+    exactly ``0`` (GiGPO's rule); an episode group of one trajectory gives episode advantage ``0``
+    and a zero-spread one gives ``0`` (credax's ``group_normalize`` defaults). Trajectories with no
+    valid turn (padding rows) take no part in any statistic.
+
+    Args:
+      outcome_rewards: ``float[B]`` episode reward ``R_i`` of each trajectory.
+      step_rewards: ``float[B, K]`` per-step environment rewards ``r_{i,t}`` (put the episode
+        reward on the last step if that is your reward design, as verl-agent's reward manager
+        does). Values at padded turns never matter (NaN included).
+      anchor_ids: ``int[B, K]`` id of the state each step acted on — the caller's hash of the
+        observation (e.g. ``hash(text) & 0x7FFFFFFF``, or ``np.unique(obs, return_inverse=True)``
+        per batch). Equal ids mean the same state; only equality matters, within a prompt. Keep ids
+        in int32 (or enable x64): without x64, JAX truncates 64-bit ids before credax sees them,
+        which could merge two states. Values at padded turns are ignored.
+      turn_mask: ``bool[B, K]`` real steps.
+      group_ids: ``int[B]`` prompt (task, initial state) of each trajectory, or a ``Groups``.
+      gamma: step discount ``γ``; may be traced. GiGPO uses 0.95.
+      omega: weight ``ω`` of the step advantage (``step_advantage_w``); may be traced.
+      scale: static; ``True`` divides by ``std + eps`` (``mean_std_norm``), ``False`` only centres
+        (``mean_norm``, verl-agent's config default).
+      eps: added to both stds; may be traced.
+
+    Returns:
+      ``float[B, K]`` in the promoted floating dtype of the two reward inputs (float32 for integer
+      input); ``0`` at padded turns.
+
+    Raises:
+      TypeError: non-numeric rewards, non-integer ``anchor_ids`` or ``group_ids``, non-boolean
+        ``turn_mask``, non-bool ``scale``.
+      ValueError: shapes disagree.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> # One prompt, two trajectories; both start in state 5, so their first steps compare.
+      >>> outcome = jnp.array([1.0, 0.0])
+      >>> steps = jnp.array([[0.0, 1.0], [0.0, 0.0]])
+      >>> anchors = jnp.array([[5, 8], [5, 9]])
+      >>> mask = jnp.ones((2, 2), bool)
+      >>> adv = credax.gigpo_advantages(outcome, steps, anchors, mask, jnp.array([0, 0]),
+      ...                               gamma=0.5, eps=0.0)
+      >>> # A^E = ±0.7071; G = (0.5, 1) and (0, 0); anchor 5: ±0.7071; anchors 8, 9: singletons -> 0
+      >>> [[round(float(v), 4) for v in row] for row in adv]
+      [[1.4142, 0.7071], [-1.4142, -0.7071]]
+
+    References:
+      Feng et al. 2025, GiGPO (arXiv 2505.10978), Eqs. 3-8; code ``langfengQ/verl-agent``
+      ``gigpo/core_gigpo.py``. Where credax differs from verl-agent: (1) an episode group of one
+      trajectory gets ``0``, verl-agent keeps the raw reward (mean 0, std 1) — add
+      ``jnp.where(credax.group_count(ids) == 1, outcome_rewards, 0)[:, None]`` on valid turns to
+      reproduce it; (2) each trajectory counts once in the episode statistics, as in the paper's
+      Eq. 3: verl-agent's default ``compute_mean_std_cross_steps=True`` pools one copy per step
+      row (longer trajectories weigh more), which is not reproduced; (3) anchors are caller ids
+      compared by equality, not observation text (verl-agent's optional similarity clustering is
+      not reproduced — cluster on the host and pass the cluster id).
+    """
+    s = _checks.as_float_array(step_rewards, "step_rewards")
+    _checks.check_ndim(s, "step_rewards", 2, "[B, K]")
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", s.shape)
+    anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
+    _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
+    r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
+    _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
+    if not isinstance(scale, bool):
+        raise TypeError(f"`scale` must be a Python bool (True: divide by the std; False: centre "
+                        f"only); got {scale!r}.")
+    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, s.dtype))
+    dt = _checks.compute_dtype(out_dtype)
+    options = dict(center=True, scale=scale, ddof=1, eps=eps, eps_mode="add", singleton="zero",
+                   leave_one_out=False)
+
+    # Episode level: one entry per trajectory (the paper's Eq. 3), padding rows excluded.
+    has_turn = jnp.any(turn_mask, axis=1)
+    r, has_turn, _ = prepare(r.astype(dt), group_ids, has_turn, "outcome_rewards")
+    a_e = normalize_with_groups(r, group_ids, has_turn, **options)
+
+    # Step level: flatten [B, K] to B*K entries and group by the key pair (prompt, anchor), so a
+    # state revisited at another turn index, or by another trajectory, joins the same group.
+    batch, num_turns = s.shape
+    n = batch * num_turns
+    g_k = discounted_returns(s.astype(dt), turn_mask, gamma=_checks.scalar(gamma, dt, "gamma"))
+    prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape).reshape(n)
+    flat_mask = turn_mask.reshape(n)
+    anchor_groups = groups_from_keys(prompt, anchors.reshape(n), valid=flat_mask)
+    a_s = normalize_with_groups(g_k.reshape(n), anchor_groups, flat_mask, **options)
+    a_s = a_s.reshape(s.shape)
+
+    omega = _checks.scalar(omega, dt, "omega")
+    out = jnp.where(turn_mask, a_e[:, None] + omega * a_s, jnp.zeros((), dt))
+    return out.astype(out_dtype)

@@ -8,7 +8,7 @@ exactly ``0`` there. Credit is computed in turn space and only then scattered to
 explicit ``token_turn`` map — never by scanning token masks, which is how peers lost rewards across
 tool-observation spans (user-issues #23).
 
-All scans are ``jax.lax`` cumulative ops or a reverse ``lax.scan``: no Python loop over turns.
+All scans are ``lax.scan`` over the turn axis: no Python loop over turns.
 """
 
 from __future__ import annotations
@@ -31,10 +31,28 @@ def prepare_turns(scores, turn_mask, name: str = "scores"):
     return scores.astype(_checks.compute_dtype(scores.dtype)), turn_mask, out_dtype
 
 
+def running_max(x: jax.Array, *, reverse: bool = False) -> jax.Array:
+    """Cumulative maximum along the turn axis of ``x[B, K]`` (from the end when ``reverse``).
+
+    A ``lax.scan`` over turns rather than ``lax.cummax``: on CPU, XLA lowers ``cummax`` to a
+    K-wide sliding-window reduction, O(K²) per row; the scan is O(K) and measured 5x faster at
+    B=4096, K=16 (benchmarks/speed.py). Results are bit-identical (max is exact).
+    """
+
+    def step(carry, column):
+        carry = jnp.maximum(carry, column)
+        return carry, carry
+
+    lowest = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    init = jnp.full(x.shape[:1], lowest, dtype=x.dtype)
+    _, out = jax.lax.scan(step, init, x.T, reverse=reverse)
+    return out.T
+
+
 def masked_best_prior(s: jax.Array, turn_mask: jax.Array, initial: jax.Array) -> jax.Array:
     """``max(initial, max_{t<k, valid} s_t)`` on prepared inputs; values at masked turns undefined."""
     neg_inf = jnp.array(-jnp.inf, dtype=s.dtype)
-    running = jax.lax.cummax(jnp.where(turn_mask, s, neg_inf), axis=1)
+    running = running_max(jnp.where(turn_mask, s, neg_inf))
     before = jnp.concatenate([jnp.full_like(running[:, :1], neg_inf), running[:, :-1]], axis=1)
     return jnp.maximum(before, initial)
 
@@ -42,7 +60,7 @@ def masked_best_prior(s: jax.Array, turn_mask: jax.Array, initial: jax.Array) ->
 def masked_future_best(s: jax.Array, turn_mask: jax.Array) -> jax.Array:
     """``max_{t>=k, valid} s_t`` on prepared inputs; ``-inf`` where no valid turn follows."""
     neg_inf = jnp.array(-jnp.inf, dtype=s.dtype)
-    return jax.lax.cummax(jnp.where(turn_mask, s, neg_inf), axis=1, reverse=True)
+    return running_max(jnp.where(turn_mask, s, neg_inf), reverse=True)
 
 
 def discount_powers(num_turns: int, gamma: jax.Array) -> jax.Array:

@@ -1,0 +1,721 @@
+"""TRIAGE: role-typed credit on top of an outcome advantage, and the tools around its judge.
+
+GRPO gives every turn of a trajectory the same advantage ``A_i``: useful exploration inside a failed
+rollout is punished with it, and a regression inside a successful one is rewarded with it. TRIAGE
+(Xu et al. 2026) lets an LLM judge label each environment-facing turn with one of four roles and adds
+a fixed, bounded correction per role::
+
+    A_{i,k} = A_i + λ · c[ρ_{i,k}],     c = (c_D, c_E, c_N, c_R) = (1, 0.5, -0.1, -0.5)
+
+The verifier outcome keeps the direction; the role only shifts the turn within it (and may flip the
+sign of a small ``|A_i|``: the correction is additive and deliberately not clipped).
+
+Assumptions, stated once:
+
+* Roles are integer codes ``int[B, K]`` (:class:`Role`; ``-1`` = unlabeled). The judge itself is a
+  data-producing component outside this library: :func:`judge_windows` gives the bounded context the
+  paper's judge sees (at most 5 turns before and 5 after, never the outcome), :func:`parse_roles`
+  turns the judge's text into codes on the host, :func:`validate_roles` checks them eagerly.
+* An unlabeled turn (missing or unparseable judge output) gets ``c = 0``, i.e. plain ``A_i`` — not
+  the ``NO_PROGRESS`` constant: a judge failure is not evidence of a harmless turn.
+* Under ``jit`` values cannot be checked: a code outside ``[-1, 4)`` is treated as unlabeled (``c = 0``)
+  by every function here; :func:`validate_roles` rejects such codes eagerly.
+* ``turn_mask`` marks real turns; padded turns get exactly ``0`` whatever their role or value.
+* The outcome advantage ``A_i`` comes from the caller (``credax.grpo_advantages`` or any other
+  estimator): nothing here normalises implicitly, except the opt-in ``whiten`` of
+  :func:`triage_advantages`, which is unverified (see there).
+
+The theory (the paper's Propositions 1-2) reads the role correction as a projection of the
+per-turn advantage residual ``δ = A* - A_i`` onto the role variable: :func:`fit_role_constants`
+computes that projection ``E[δ | ρ]`` and :func:`optimal_mixing_weight` the best ``λ`` for fixed
+constants, for users who have a residual estimate (a value model, Monte-Carlo rollouts, a synthetic
+task) and want to check whether their judge helps.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+from ._groups import Groups, jit_public, normalize_with_groups, segment_stats
+from ._validate import check_prefix_mask
+
+
+class Role(enum.IntEnum):
+    """The four TRIAGE turn roles; the integer code ``-1`` means unlabeled.
+
+    * ``DECISIVE`` (0): verifiable progress toward the goal.
+    * ``EXPLORATION`` (1): changes the information state without completing anything yet.
+    * ``NO_PROGRESS`` (2): harmless infrastructure (listing, re-reading, formatting).
+    * ``REGRESSION`` (3): damages the state, or repeats without gaining information.
+    """
+
+    DECISIVE = 0
+    EXPLORATION = 1
+    NO_PROGRESS = 2
+    REGRESSION = 3
+
+
+NUM_ROLES = len(Role)
+UNLABELED = -1
+
+TRIAGE_ROLE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
+"""``(c_D, c_E, c_N, c_R)``, indexed by :class:`Role`: the paper's constants, fixed across tasks."""
+
+
+# --------------------------------------------------------------------------------------------
+# Shared argument handling.
+# --------------------------------------------------------------------------------------------
+
+
+def _check_roles(roles, shape: tuple[int, ...] | None = None) -> jax.Array:
+    roles = _checks.as_int_array(roles, "roles")
+    _checks.check_ndim(roles, "roles", 2, "[B, K]")
+    if shape is not None:
+        _checks.check_shape(roles, "roles", shape, "[B, K]")
+    return roles
+
+
+def _check_outcome_advantages(outcome_advantages, batch: int) -> jax.Array:
+    a = _checks.as_float_array(outcome_advantages, "outcome_advantages")
+    if a.shape != (batch,):
+        raise ValueError(
+            f"`outcome_advantages` must have shape [B] = ({batch},) (one advantage per trajectory, "
+            f"the rows of `roles`); got {a.shape}."
+        )
+    return a
+
+
+def _role_constants(constants, dtype) -> jax.Array:
+    c = _checks.as_float_array(constants, "constants")
+    if c.shape != (NUM_ROLES,):
+        raise ValueError(
+            f"`constants` must have shape [{NUM_ROLES}] (c_D, c_E, c_N, c_R, indexed by Role); "
+            f"got {c.shape}."
+        )
+    return c.astype(dtype)
+
+
+def _labelled(roles: jax.Array, turn_mask: jax.Array) -> jax.Array:
+    # Out-of-range codes cannot be rejected under jit: they count as unlabeled.
+    return turn_mask & (roles >= 0) & (roles < NUM_ROLES)
+
+
+def _credit(roles: jax.Array, labelled: jax.Array, c: jax.Array) -> jax.Array:
+    """``c[roles]`` where labelled, exactly 0 elsewhere (``take`` is differentiable in ``c``)."""
+    picked = jnp.take(c, jnp.clip(roles, 0, NUM_ROLES - 1))
+    return jnp.where(labelled, picked, jnp.zeros_like(picked))
+
+
+# --------------------------------------------------------------------------------------------
+# Credit.
+# --------------------------------------------------------------------------------------------
+
+
+@jit_public()
+def role_credit(
+    roles: Int[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    *,
+    constants: Float[Array, " 4"] | Sequence[float] = TRIAGE_ROLE_CONSTANTS,
+) -> Float[Array, "B K"]:
+    """Per-turn role credit: ``c[ρ_{i,k}]``, ``0`` for unlabeled or padded turns.
+
+    Args:
+      roles: ``int[B, K]`` role codes (:class:`Role`), ``-1`` = unlabeled. A code outside
+        ``[-1, 4)`` is treated as unlabeled under ``jit`` (:func:`validate_roles` rejects it).
+      turn_mask: ``bool[B, K]`` real turns.
+      constants: ``float[4]`` ``(c_D, c_E, c_N, c_R)``; may be traced (a learned or scheduled
+        vector does not recompile).
+
+    Returns:
+      ``float[B, K]`` in the dtype of ``constants`` (float32 for the default tuple without x64);
+      ``0`` at unlabeled and padded turns.
+
+    Raises:
+      TypeError: ``roles`` is not an integer array, or ``turn_mask`` is not boolean.
+      ValueError: shapes disagree, or ``constants`` is not ``[4]``.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> roles = jnp.array([[0, 1, 2, 3, -1]])
+      >>> c = credax.role_credit(roles, jnp.array([[True, True, True, True, False]]))
+      >>> [round(float(v), 4) for v in c[0]]
+      [1.0, 0.5, -0.1, -0.5, 0.0]
+
+    References:
+      Xu et al. 2026, TRIAGE (arXiv 2606.32017), constants of its §4 (reported as fixed across tasks).
+    """
+    roles = _check_roles(roles)
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", roles.shape)
+    c_raw = _checks.as_float_array(constants, "constants")
+    c = _role_constants(c_raw, _checks.compute_dtype(c_raw.dtype))
+    credit = _credit(roles, _labelled(roles, turn_mask), c)
+    return credit.astype(_checks.output_dtype(c_raw.dtype))
+
+
+@jit_public(static_argnames=("whiten",))
+def triage_advantages(
+    outcome_advantages: Float[Array, " B"],
+    roles: Int[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    *,
+    lam: float | Float[Array, ""] = 0.2,
+    constants: Float[Array, " 4"] | Sequence[float] = TRIAGE_ROLE_CONSTANTS,
+    whiten: bool = False,
+    whiten_eps: float | Float[Array, ""] = 1e-8,
+) -> Float[Array, "B K"]:
+    """Role-typed turn advantage: ``A_{i,k} = A_i + λ · c[ρ_{i,k}]`` on valid turns.
+
+    An unlabeled turn (``-1``) gets plain ``A_i``; a padded turn gets ``0``. With ``λ = 0`` this is
+    the outcome advantage broadcast over the valid turns (GRPO when ``A`` is GRPO's).
+
+    ``whiten=True`` then z-scores the result over *all valid turns of the batch* (one set, not per
+    prompt or per turn index) with the population std: ``(x - μ) / (σ + whiten_eps)``; a batch
+    whose valid values are all equal (or a single valid turn) gives ``0``. **Unverified**: this step
+    is reported only by a third-party "TRIAGE v3" reimplementation (papers.md §2.8), not by the
+    paper or any quoted source; it is off by default. Note that it rescales the outcome part too and
+    makes every turn's advantage depend on the whole batch.
+
+    Args:
+      outcome_advantages: ``float[B]`` the trajectory advantage ``A_i`` (e.g.
+        ``credax.grpo_advantages(rewards, group_ids)``). Rows whose turns are all padded may hold
+        anything (NaN included).
+      roles: ``int[B, K]`` role codes (:class:`Role`), ``-1`` = unlabeled; codes outside
+        ``[-1, 4)`` are treated as unlabeled under ``jit`` (:func:`validate_roles` rejects them).
+      turn_mask: ``bool[B, K]`` real turns.
+      lam: mixing weight ``λ``; may be traced (schedules do not recompile). The paper reports 0.2
+        (ALFWorld, WebShop) and 0.4 (Search-QA).
+      constants: ``float[4]`` ``(c_D, c_E, c_N, c_R)``; may be traced.
+      whiten: static; opt-in batch z-score of the result (unverified, see above).
+      whiten_eps: added to the population std when whitening; may be traced.
+
+    Returns:
+      ``float[B, K]`` in the dtype of ``outcome_advantages`` (float32 for integer input); ``0`` at
+      padded turns.
+
+    Raises:
+      TypeError: non-integer ``roles``, non-boolean ``turn_mask``, non-bool ``whiten``.
+      ValueError: shapes disagree, ``constants`` is not ``[4]``, or ``lam`` is not a scalar.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> a = credax.grpo_advantages(jnp.array([1.0, 0.0]), jnp.array([7, 7]), eps=0.0)
+      >>> R = credax.Role
+      >>> roles = jnp.array([[R.DECISIVE, R.REGRESSION, -1], [R.EXPLORATION, R.NO_PROGRESS, 0]])
+      >>> mask = jnp.array([[True, True, True], [True, True, False]])
+      >>> adv = credax.triage_advantages(a, roles, mask, lam=0.2)
+      >>> # A = ±0.7071; + 0.2 * (1, -0.5, 0) and + 0.2 * (0.5, -0.1); padded turn -> 0
+      >>> [[round(float(v), 4) for v in row] for row in adv]
+      [[0.9071, 0.6071, 0.7071], [-0.6071, -0.7271, 0.0]]
+
+    References:
+      Xu et al. 2026, TRIAGE (arXiv 2606.32017): the additive rule of §4 with ``λ`` and the four
+      constants. Where credax decides what the sources leave open: unlabeled turns get ``c = 0``;
+      the correction is not clipped (it may flip the sign of a small ``A_i``); no whitening unless
+      asked. ``A_i`` is whatever outcome advantage the caller passes (the paper: "standard
+      group-normalized" GRPO, convention not stated).
+    """
+    roles = _check_roles(roles)
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", roles.shape)
+    a = _check_outcome_advantages(outcome_advantages, roles.shape[0])
+    if not isinstance(whiten, bool):
+        raise TypeError(f"`whiten` must be a Python bool (it changes the program); got {whiten!r}.")
+    out_dtype = _checks.output_dtype(a.dtype)
+    dt = _checks.compute_dtype(a.dtype)
+    lam = _checks.scalar(lam, dt, "lam")
+    c = _role_constants(constants, dt)
+    credit = _credit(roles, _labelled(roles, turn_mask), c)
+    total = a.astype(dt)[:, None] + lam * credit
+    out = jnp.where(turn_mask, total, jnp.zeros_like(total))
+    if whiten:
+        # One set holding every valid turn of the batch: the shared primitive on the flattened
+        # [B*K] view with a single group (its per-trailing-index statistics would be per turn).
+        n = out.size
+        flat = normalize_with_groups(
+            out.reshape(n), Groups(jnp.zeros((n,), jnp.int32), 1), turn_mask.reshape(n),
+            center=True, scale=True, ddof=0, eps=whiten_eps, eps_mode="add", singleton="zero",
+            leave_one_out=False,
+        )
+        out = flat.reshape(out.shape)
+    return out.astype(out_dtype)
+
+
+@jit_public()
+def scalar_process_advantages(
+    outcome_advantages: Float[Array, " B"],
+    process_rewards: Float[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    *,
+    lam: float | Float[Array, ""],
+) -> Float[Array, "B K"]:
+    """Scalar process-reward baseline: ``A_{i,k} = A_i + λ · p_{i,k}`` on valid turns.
+
+    The ablation baseline TRIAGE compares against: a judge emits a scalar score per turn instead of
+    a role. Values of ``process_rewards`` at padded turns never matter (NaN included).
+
+    Args:
+      outcome_advantages: ``float[B]`` the trajectory advantage ``A_i``.
+      process_rewards: ``float[B, K]`` per-turn judge scores ``p``.
+      turn_mask: ``bool[B, K]`` real turns.
+      lam: mixing weight ``λ`` (required: the paper gives no value for this baseline); may be
+        traced.
+
+    Returns:
+      ``float[B, K]`` in the promoted floating dtype of the two inputs; ``0`` at padded turns.
+
+    Raises:
+      TypeError: non-numeric inputs or non-boolean ``turn_mask``.
+      ValueError: shapes disagree.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> adv = credax.scalar_process_advantages(
+      ...     jnp.array([0.5]), jnp.array([[1.0, -1.0, jnp.nan]]),
+      ...     jnp.array([[True, True, False]]), lam=0.25)
+      >>> [round(float(v), 4) for v in adv[0]]
+      [0.75, 0.25, 0.0]
+
+    References:
+      Xu et al. 2026, TRIAGE (arXiv 2606.32017): the "scalar judge-derived process reward" baseline.
+    """
+    p = _checks.as_float_array(process_rewards, "process_rewards")
+    _checks.check_ndim(p, "process_rewards", 2, "[B, K]")
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", p.shape)
+    a = _check_outcome_advantages(outcome_advantages, p.shape[0])
+    out_dtype = _checks.output_dtype(jnp.promote_types(a.dtype, p.dtype))
+    dt = _checks.compute_dtype(out_dtype)
+    lam = _checks.scalar(lam, dt, "lam")
+    p = jnp.where(turn_mask, p.astype(dt), jnp.zeros((), dt))
+    total = a.astype(dt)[:, None] + lam * p
+    return jnp.where(turn_mask, total, jnp.zeros_like(total)).astype(out_dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# The theory: role constants and mixing weight from residuals.
+# --------------------------------------------------------------------------------------------
+
+
+class RoleFit(NamedTuple):
+    """Per-role fit of the advantage residual."""
+
+    constants: jax.Array  # float[4]: E[δ | ρ], 0 for a role with no labelled turn
+    counts: jax.Array  # int32[4]: labelled valid turns of each role
+
+
+@jit_public()
+def fit_role_constants(
+    residuals: Float[Array, "B K"],
+    roles: Int[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+) -> RoleFit:
+    """The MSE-optimal role-only correction: ``c*_ρ = E[δ | ρ]``, the mean residual per role.
+
+    ``δ_{i,k} = A*_{i,k} - A_i`` is the gap between a per-turn advantage estimate (a value model,
+    Monte-Carlo rollouts, a synthetic task's ground truth) and the outcome advantage. The mean is
+    taken over valid, labelled turns of the whole batch; unlabeled, padded and out-of-range turns
+    are ignored whatever they hold. A role with no labelled turn gets constant ``0``. With these
+    constants and ``λ = 1``, :func:`triage_advantages` is the ``L²`` projection of ``A*`` onto
+    (outcome advantage + role) corrections — the paper's Proposition 1.
+
+    Args:
+      residuals: ``float[B, K]`` ``δ``.
+      roles: ``int[B, K]`` role codes, ``-1`` = unlabeled.
+      turn_mask: ``bool[B, K]`` real turns.
+
+    Returns:
+      ``RoleFit(constants: float[4] in residuals' dtype, counts: int32[4])``, indexed by
+      :class:`Role`. A role whose residuals are all equal recovers that value exactly.
+
+    Raises:
+      TypeError: non-numeric ``residuals``, non-integer ``roles`` or non-boolean ``turn_mask``.
+      ValueError: shapes disagree.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> d = jnp.array([[0.3, 0.1, -0.2, 9.0]])
+      >>> fit = credax.fit_role_constants(d, jnp.array([[0, 0, 3, -1]]), jnp.ones((1, 4), bool))
+      >>> [round(float(v), 4) for v in fit.constants], fit.counts.tolist()
+      ([0.2, 0.0, 0.0, -0.2], [2, 0, 0, 1])
+
+    References:
+      Xu et al. 2026, TRIAGE (arXiv 2606.32017), §4.1 Propositions 1-2 (role-conditioned credit as
+      a projection of the advantage residual onto the role variable).
+    """
+    d = _checks.as_float_array(residuals, "residuals")
+    _checks.check_ndim(d, "residuals", 2, "[B, K]")
+    roles = _check_roles(roles, d.shape)
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", d.shape)
+    out_dtype = _checks.output_dtype(d.dtype)
+    dt = _checks.compute_dtype(d.dtype)
+    n = d.size
+    if n == 0:
+        return RoleFit(jnp.zeros((NUM_ROLES,), out_dtype), jnp.zeros((NUM_ROLES,), jnp.int32))
+    valid = _labelled(roles, turn_mask).reshape(n)
+    index = jnp.clip(roles, 0, NUM_ROLES - 1).reshape(n)
+    # The shared segment statistics shift each role's values by their maximum, so a role whose
+    # residuals are all equal gets exactly that value back (a plain sum / count would not).
+    st = segment_stats(d.astype(dt).reshape(n), index, NUM_ROLES, valid)
+    # Read each role's (identical, per-entry) statistics off one member: its first valid entry.
+    rows = jnp.arange(n, dtype=jnp.int32)
+    first = jax.ops.segment_min(jnp.where(valid, rows, n), index, NUM_ROLES)
+    present = first < n
+    first = jnp.clip(first, 0, n - 1)
+    mean = jnp.where(present, (st.shift + st.mean)[first], jnp.zeros((), dt))
+    counts = jnp.where(present, st.count[first], jnp.zeros((), dt)).astype(jnp.int32)
+    return RoleFit(mean.astype(out_dtype), counts)
+
+
+@jit_public()
+def optimal_mixing_weight(
+    residuals: Float[Array, "B K"],
+    roles: Int[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    *,
+    constants: Float[Array, " 4"] | Sequence[float] = TRIAGE_ROLE_CONSTANTS,
+) -> Float[Array, ""]:
+    """The ``λ`` that best fits the residual with fixed constants: ``λ* = Σ c_ρ δ / Σ c_ρ²``.
+
+    Minimises ``Σ (δ_{i,k} - λ c[ρ_{i,k}])²`` over valid, labelled turns (unlabeled turns carry no
+    correction and do not enter either sum). ``λ* > 0`` exactly when ``Σ c_ρ δ > 0`` in the sample —
+    the paper's condition ``Cov(c_ρ̂, δ) > 0`` when the residuals have mean zero; if it fails, no
+    positive ``λ`` reduces the error. ``0`` when no labelled turn has a non-zero constant.
+
+    Args:
+      residuals: ``float[B, K]`` ``δ = A* - A_i`` (see :func:`fit_role_constants`).
+      roles: ``int[B, K]`` role codes, ``-1`` = unlabeled.
+      turn_mask: ``bool[B, K]`` real turns.
+      constants: ``float[4]`` ``(c_D, c_E, c_N, c_R)``; may be traced.
+
+    Returns:
+      Scalar in the dtype of ``residuals``.
+
+    Raises:
+      TypeError, ValueError: as :func:`fit_role_constants`.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> d = jnp.array([[0.3, -0.15, 0.0]])   # 0.3 * c_D, 0.3 * c_R, unlabeled
+      >>> lam = credax.optimal_mixing_weight(d, jnp.array([[0, 3, -1]]), jnp.ones((1, 3), bool))
+      >>> round(float(lam), 4)
+      0.3
+
+    References:
+      Xu et al. 2026, TRIAGE (arXiv 2606.32017), §4.1; the closed form is the least-squares
+      solution for one coefficient (our derivation of the paper's stated condition).
+    """
+    d = _checks.as_float_array(residuals, "residuals")
+    _checks.check_ndim(d, "residuals", 2, "[B, K]")
+    roles = _check_roles(roles, d.shape)
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", d.shape)
+    out_dtype = _checks.output_dtype(d.dtype)
+    dt = _checks.compute_dtype(d.dtype)
+    labelled = _labelled(roles, turn_mask)
+    c = _credit(roles, labelled, _role_constants(constants, dt))
+    d = jnp.where(labelled, d.astype(dt), jnp.zeros((), dt))
+    num = jnp.sum(c * d)
+    den = jnp.sum(c * c)
+    return _checks.safe_div(num, den, den > 0).astype(out_dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# The judge's context.
+# --------------------------------------------------------------------------------------------
+
+
+class Windows(NamedTuple):
+    """Judge context of every turn: turn indices and which slots hold a turn."""
+
+    index: jax.Array  # int32[B, K, before + 1 + after]; -1 where not valid
+    valid: jax.Array  # bool[B, K, before + 1 + after]
+
+
+@jit_public(static_argnames=("before", "after"))
+def judge_windows(
+    turn_mask: Bool[Array, "B K"],
+    *,
+    before: int = 5,
+    after: int = 5,
+) -> Windows:
+    """For every turn, the indices of up to ``before`` preceding and ``after`` following valid turns.
+
+    Slot ``j`` of turn ``k``'s window (``j = 0 .. before + after``) holds the valid turn of the same
+    row that is ``j - before`` valid turns away from ``k``: slot ``before`` is ``k`` itself, slots
+    before it the preceding valid turns (oldest first), slots after it the following ones. Padded
+    turns are skipped (with prefix masks, the window of ``k`` is simply ``k - before .. k + after``
+    clipped to the row's valid turns). Slots past either end of the row, and every slot of a
+    padded turn, have ``valid = False`` and ``index = -1``. This is the bounded context the TRIAGE
+    judge sees: at most 5 action-observation pairs on each side, never the final outcome.
+
+    Args:
+      turn_mask: ``bool[B, K]`` real turns.
+      before: static, ``>= 0``; turns of context before each turn.
+      after: static, ``>= 0``; turns of context after each turn.
+
+    Returns:
+      ``Windows(index: int32[B, K, W], valid: bool[B, K, W])`` with ``W = before + 1 + after``.
+
+    Raises:
+      TypeError: ``turn_mask`` is not boolean, or ``before``/``after`` are not Python ints.
+      ValueError: ``turn_mask`` is not 2-D, or ``before``/``after`` is negative.
+
+    Examples:
+      >>> import credax, numpy as np
+      >>> mask = np.array([[True, True, True, True, False]])
+      >>> w = credax.judge_windows(mask, before=2, after=1)
+      >>> w.index[0].tolist()
+      [[-1, -1, 0, 1], [-1, 0, 1, 2], [0, 1, 2, 3], [1, 2, 3, -1], [-1, -1, -1, -1]]
+
+      Building the judge prompts on the host (``turns[b][k]`` is the text of one action and its
+      observation; the outcome is never shown):
+
+      >>> turns = [["ls", "cat a.py", "edit a.py", "run tests"]]
+      >>> index, valid = np.asarray(w.index), np.asarray(w.valid)
+      >>> prompts = {}
+      >>> for b, k in zip(*np.nonzero(mask)):
+      ...     context = [("TARGET: " if j == k else "") + turns[b][j]
+      ...                for j, ok in zip(index[b, k], valid[b, k]) if ok]
+      ...     prompts[b, k] = "Label the TARGET turn D/E/N/R.\\n" + "\\n".join(context)
+      >>> print(prompts[0, 2])
+      Label the TARGET turn D/E/N/R.
+      ls
+      cat a.py
+      TARGET: edit a.py
+      run tests
+
+    References:
+      Xu et al. 2026, TRIAGE (arXiv 2606.32017): the judge sees the segment and at most 5 preceding
+      and 5 following action-observation pairs, not the verifier outcome.
+    """
+    turn_mask = jnp.asarray(turn_mask)
+    if turn_mask.dtype != jnp.bool_:
+        raise TypeError(f"`turn_mask` must be a boolean array (true = real turn); got dtype "
+                        f"{turn_mask.dtype}.")
+    _checks.check_ndim(turn_mask, "turn_mask", 2, "[B, K]")
+    before = _checks.check_static_int(before, "before")
+    after = _checks.check_static_int(after, "after")
+    batch, num_turns = turn_mask.shape
+    width = before + 1 + after
+    if turn_mask.size == 0:
+        return Windows(jnp.full((batch, num_turns, width), -1, jnp.int32),
+                       jnp.zeros((batch, num_turns, width), bool))
+    # rank[b, k]: how many valid turns precede k; position[b, r]: where the r-th valid turn sits.
+    rank = jnp.cumsum(turn_mask.astype(jnp.int32), axis=1) - 1
+    count = jnp.sum(turn_mask.astype(jnp.int32), axis=1)
+    cols = jnp.broadcast_to(jnp.arange(num_turns, dtype=jnp.int32)[None, :], turn_mask.shape)
+    rows = jnp.broadcast_to(jnp.arange(batch, dtype=jnp.int32)[:, None], turn_mask.shape)
+    position = jnp.full(turn_mask.shape, -1, jnp.int32).at[
+        rows, jnp.where(turn_mask, rank, num_turns)].set(cols, mode="drop")
+    offsets = jnp.arange(-before, after + 1, dtype=jnp.int32)
+    target = rank[:, :, None] + offsets[None, None, :]
+    valid = turn_mask[:, :, None] & (target >= 0) & (target < count[:, None, None])
+    picked = jnp.take_along_axis(
+        position, jnp.clip(target, 0, num_turns - 1).reshape(batch, num_turns * width), axis=1
+    ).reshape(batch, num_turns, width)
+    return Windows(jnp.where(valid, picked, -1), valid)
+
+
+# --------------------------------------------------------------------------------------------
+# Host side: judge labels in, eager checks.
+# --------------------------------------------------------------------------------------------
+
+# Normalised spelling -> code. Labels are normalised by stripping, case-folding and reading "-" and
+# "_" as spaces (runs of spaces collapse), so "No-Progress", " no_progress " and "NO PROGRESS" meet.
+_SPELLINGS = {
+    "d": Role.DECISIVE,
+    "decisive": Role.DECISIVE,
+    "decisive progress": Role.DECISIVE,
+    "e": Role.EXPLORATION,
+    "exploration": Role.EXPLORATION,
+    "useful exploration": Role.EXPLORATION,
+    "n": Role.NO_PROGRESS,
+    "no progress": Role.NO_PROGRESS,
+    "no progress infrastructure": Role.NO_PROGRESS,
+    "r": Role.REGRESSION,
+    "regression": Role.REGRESSION,
+}
+_ON_UNKNOWN = ("raise", "unlabeled")
+
+
+def _normalise_label(label: str) -> str:
+    return " ".join(label.replace("-", " ").replace("_", " ").split()).casefold()
+
+
+def _label_code(label, row: int, turn: int, on_unknown: str) -> int:
+    if label is None:
+        return UNLABELED
+    code = None
+    # bool is an int subclass: True must not silently become EXPLORATION.
+    if isinstance(label, int | np.integer) and not isinstance(label, bool | np.bool_):
+        if UNLABELED <= int(label) < NUM_ROLES:
+            code = int(label)
+    elif isinstance(label, str):
+        role = _SPELLINGS.get(_normalise_label(label))
+        code = None if role is None else int(role)
+    if code is not None:
+        return code
+    if on_unknown == "unlabeled":
+        return UNLABELED
+    raise ValueError(
+        f"`labels`: unknown role label {label!r} at row {row}, turn {turn}. Expected D/E/N/R, "
+        "decisive [progress], [useful] exploration, no progress [infrastructure], regression "
+        "(any case; '-', '_' or spaces), an integer code in [-1, 4), a Role, or None for "
+        "unlabeled. Pass on_unknown='unlabeled' to map unknown labels to -1."
+    )
+
+
+def parse_roles(
+    labels,
+    *,
+    num_turns: int | None = None,
+    on_unknown: str = "raise",
+) -> np.ndarray:
+    """Judge outputs to role codes, on the host: ``int32[B, num_turns]``, ``-1`` = unlabeled.
+
+    ``labels`` holds one sequence of labels per trajectory (rows may be ragged). Each label is
+    stripped of surrounding whitespace, case-folded, and ``-``/``_`` read as spaces (runs of
+    spaces collapse), then matched against these spellings:
+
+    ========================  =============================================================
+    code                      accepted spellings (after normalisation)
+    ========================  =============================================================
+    ``0`` DECISIVE            ``d``, ``decisive``, ``decisive progress``
+    ``1`` EXPLORATION         ``e``, ``exploration``, ``useful exploration``
+    ``2`` NO_PROGRESS         ``n``, ``no progress``, ``no progress infrastructure``
+    ``3`` REGRESSION          ``r``, ``regression``
+    ``-1`` unlabeled          ``None``
+    ========================  =============================================================
+
+    So ``"D"``, ``" decisive "``, ``"Decisive progress"``, ``"decisive_progress"``,
+    ``"DECISIVE-PROGRESS"``, ``"useful exploration"``, ``"No progress"``, ``"no-progress"``,
+    ``"no_progress"``, ``"no-progress infrastructure"``, ``"NO_PROGRESS"`` (the :class:`Role` names)
+    and ``"Regression"`` all parse. Integers in ``[-1, 4)`` (Python or NumPy ints, and :class:`Role`
+    members) pass through. Nothing else is guessed: other strings (including ``""``, digit strings
+    and trailing punctuation such as ``"D."``), booleans, floats (NaN included) and integers outside
+    ``[-1, 4)`` are unknown labels.
+
+    Rows shorter than the width are padded with ``-1`` at the end (pair the result with your
+    ``turn_mask``: labels at padded turns are ignored by every function).
+
+    Args:
+      labels: a sequence of rows (lists, tuples or 1-D arrays; a 2-D array works too), each a
+        sequence of labels. A row given as a bare string is refused (it would be read character by
+        character): wrap a single trajectory as ``[labels]``.
+      num_turns: width ``K`` of the result; ``None``: the longest row.
+      on_unknown: ``"raise"`` (default) raises on an unknown label; ``"unlabeled"`` maps it to
+        ``-1`` (plain ``A_i`` for that turn, as a missing judge answer).
+
+    Returns:
+      ``np.ndarray`` of dtype int32 and shape ``[B, num_turns]`` (``[B, longest row]``).
+
+    Raises:
+      ValueError: an unknown label (naming row, turn and label) with ``on_unknown="raise"``; a row
+        longer than ``num_turns``; an unknown ``on_unknown``; a negative ``num_turns``.
+      TypeError: ``labels`` or one of its rows is a string or not a sequence; ``num_turns`` is not
+        an int.
+
+    Examples:
+      >>> import credax
+      >>> credax.parse_roles([["D", " exploration", "No-Progress infrastructure"], ["regression", None]])
+      array([[ 0,  1,  2],
+             [ 3, -1, -1]], dtype=int32)
+      >>> credax.parse_roles([["E", "maybe?"]], num_turns=3, on_unknown="unlabeled")
+      array([[ 1, -1, -1]], dtype=int32)
+      >>> credax.parse_roles([["E", "maybe?"]])
+      Traceback (most recent call last):
+      ...
+      ValueError: `labels`: unknown role label 'maybe?' at row 0, turn 1. Expected D/E/N/R, ...
+    """
+    _checks.check_option(on_unknown, "on_unknown", _ON_UNKNOWN)
+    if num_turns is not None:
+        num_turns = _checks.check_static_int(num_turns, "num_turns")
+    if isinstance(labels, str | bytes) or not _is_sequence(labels):
+        raise TypeError(f"`labels` must be a sequence of rows (one per trajectory); got "
+                        f"{type(labels).__name__}.")
+    if not isinstance(labels, Sequence | np.ndarray):
+        labels = np.asarray(labels)  # e.g. a JAX array of codes: its elements become NumPy ints
+    codes = []
+    for b, row in enumerate(labels):
+        if isinstance(row, str | bytes) or not _is_sequence(row):
+            raise TypeError(
+                f"`labels` row {b} must be a sequence of labels; got {type(row).__name__} "
+                f"{row!r}. Wrap a single trajectory as [labels]."
+            )
+        codes.append([_label_code(label, b, k, on_unknown) for k, label in enumerate(row)])
+    width = num_turns if num_turns is not None else max((len(r) for r in codes), default=0)
+    out = np.full((len(codes), width), UNLABELED, dtype=np.int32)
+    for b, row in enumerate(codes):
+        if len(row) > width:
+            raise ValueError(f"`labels` row {b} has {len(row)} labels, more than "
+                             f"num_turns={width}.")
+        out[b, : len(row)] = row
+    return out
+
+
+def _is_sequence(x) -> bool:
+    if isinstance(x, Sequence):
+        return True
+    # NumPy (and JAX) arrays of labels or codes: rows are their first axis.
+    return hasattr(x, "__array__") and np.ndim(x) >= 1
+
+
+def validate_roles(roles, turn_mask) -> None:
+    """Check role codes eagerly (not under ``jit``), raising with the argument's name.
+
+    Checks:
+
+    * ``roles`` is an integer ``[B, K]`` array and ``turn_mask`` a ``bool[B, K]`` of the same shape;
+    * every code at a valid turn lies in ``[-1, 4)`` (``-1`` = unlabeled). The compiled functions
+      treat an out-of-range code as unlabeled, which hides a broken judge pipeline: this is where
+      it is caught;
+    * ``turn_mask`` is prefix-contiguous and every row has a valid turn (as ``validate_turns``).
+
+    Codes at padded turns are **ignored**, whatever they are (``-100``, stale labels, ...): every
+    function treats padded turns as absent, so they cannot matter.
+
+    Raises:
+      TypeError: non-integer ``roles``, non-boolean ``turn_mask``, or a traced input.
+      ValueError: wrong shapes, an out-of-range code at a valid turn, or a bad ``turn_mask``.
+
+    Examples:
+      >>> import numpy as np, credax
+      >>> mask = np.array([[True, True, False]])
+      >>> credax.validate_roles(np.array([[0, -1, 99]]), mask)   # 99 sits on a padded turn
+      >>> credax.validate_roles(np.array([[0, 4, -1]]), mask)
+      Traceback (most recent call last):
+      ...
+      ValueError: `roles` must hold codes in [-1, 4) (Role values, ...) at valid turns; roles[0, 1] = 4.
+    """
+    r = _host(roles, "roles")
+    if r.dtype == object or not np.issubdtype(r.dtype, np.integer):
+        raise TypeError(f"`roles` must be an integer array of Role codes; got dtype {r.dtype}.")
+    if r.ndim != 2:
+        raise ValueError(f"`roles` must be 2-D, shape [B, K]; got shape {r.shape}.")
+    m = _host(turn_mask, "turn_mask")
+    if m.dtype != np.bool_:
+        raise TypeError(f"`turn_mask` must be a boolean array (true = real turn); got dtype "
+                        f"{m.dtype}.")
+    if m.shape != r.shape:
+        raise ValueError(f"`turn_mask` must have shape {r.shape} (same as `roles`); got {m.shape}.")
+    bad = m & ((r < UNLABELED) | (r >= NUM_ROLES))
+    if bad.any():
+        b, k = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"`roles` must hold codes in [-1, {NUM_ROLES}) (Role values, -1 = unlabeled) at valid "
+            f"turns; roles[{b}, {k}] = {r[b, k]}."
+        )
+    check_prefix_mask(m)
+
+
+def _host(x, name: str) -> np.ndarray:
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError(f"`{name}` is a traced value: validate_roles checks concrete values and "
+                        "must be called outside jit (in the data pipeline).")
+    return np.asarray(x)
