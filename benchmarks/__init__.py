@@ -1,0 +1,1 @@
+"""Benchmarks for credax: speed against peer implementations (``python -m benchmarks.speed``)."""

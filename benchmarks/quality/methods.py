@@ -1,0 +1,227 @@
+"""The credit methods compared, each a function from a rollout batch to per-turn advantages.
+
+Every method maps the same :class:`Context` (one rollout batch and what can be computed from it) to
+``advantages: float32[B, K]``, ``0`` on padded turns, using credax for all of the credit math. The
+loop then broadcasts the turn advantages to the action tokens and applies the same clipped policy
+loss to every method. Per-method settings are the papers' or SPEC's defaults, written next to
+each method; nothing was tuned per method.
+
+Shared definitions:
+- outcome = the verifier score after the last real turn (a partial answer earns partial credit);
+- score change (MT-GRPO's turn reward, GiGPO's step reward) = ``s_k - s_{k-1}`` with ``s_{-1} = 0``
+  (credax.adjacent_delta_credit);
+- roles come from a judge in ``judges.py``; the oracle is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+import credax
+
+from . import env as E
+from . import judges
+from .policy import Policy, Rollout
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Per-method hyperparameters (SPEC / paper defaults), the same for every task and seed."""
+
+    triage_lam: float = 0.2  # TRIAGE λ (SPEC §5 default; the paper's ALFWorld value)
+    scalar_lam: float = 0.2  # scalar process-reward baseline: the same λ as TRIAGE
+    mt_turn_coef: float = 1.0  # MT-GRPO turn_advantage_coef (repo default)
+    gigpo_gamma: float = 0.95  # GiGPO γ (verl-agent scripts)
+    gigpo_omega: float = 1.0  # GiGPO ω (verl-agent scripts)
+    value_coef: float = 0.5  # weight of the value head's MSE in the loss (learned-value baseline)
+    cf_alternatives: int = 4  # TCPO: M alternatives per selected turn
+    cf_budget: int = 16  # TCPO: Top-L selected turns per batch (scope="batch", SPEC default)
+
+
+class Context(NamedTuple):
+    rollout: Rollout
+    groups: credax.Groups  # prompt of each row
+    outcome: jax.Array  # f32[B] final score
+    values: jax.Array  # f32[B, K] V(observation) of the rollout policy (stop-gradient)
+    token_turn: jax.Array  # i32[B, T] turn of each action token, -1 for unused slots
+    model: Policy  # the rollout policy (for counterfactual resampling)
+    key: jax.Array
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str  # what the tables and plots show
+    credit: Callable  # (Context, Settings) -> f32[B, K]
+    agg: str = "token-mean"  # loss aggregation (Dr. GRPO changes it; the rest use the default)
+    value_loss: bool = False  # train the value head (learned-value baseline only)
+
+
+def _mask(ctx: Context, x: jax.Array) -> jax.Array:
+    return jnp.where(ctx.rollout.turn_mask, x, jnp.zeros_like(x))
+
+
+def _per_turn(ctx: Context, a: jax.Array) -> jax.Array:
+    """An outcome advantage ``[B]`` given to every real turn of its trajectory."""
+    return _mask(ctx, jnp.broadcast_to(a[:, None], ctx.rollout.scores.shape))
+
+
+def _score_change(ctx: Context) -> jax.Array:
+    return credax.adjacent_delta_credit(ctx.rollout.scores, ctx.rollout.turn_mask)
+
+
+# --- outcome-only baselines --------------------------------------------------------------------
+
+
+def grpo(ctx: Context, s: Settings) -> jax.Array:
+    """GRPO: the group-normalised final score on every turn (DeepSeekMath; verl conventions)."""
+    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups))
+
+
+def dr_grpo(ctx: Context, s: Settings) -> jax.Array:
+    """Dr. GRPO: centred, not std-scaled (with the sequence-sum loss aggregation, see METHODS)."""
+    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups, scale=False))
+
+
+def rloo(ctx: Context, s: Settings) -> jax.Array:
+    """RLOO: final score minus the mean of the other rollouts of the prompt."""
+    return _per_turn(ctx, credax.rloo_advantages(ctx.outcome, ctx.groups))
+
+
+# --- step-level baselines ----------------------------------------------------------------------
+
+
+def mt_grpo(ctx: Context, s: Settings) -> jax.Array:
+    """MT-GRPO (K-turn form): outcome advantage + per-(prompt, turn) normalised score change."""
+    r = ctx.rollout
+    return credax.mt_grpo_advantages(
+        _score_change(ctx), ctx.outcome, r.turn_mask, ctx.groups, turn_coef=s.mt_turn_coef
+    )
+
+
+def gigpo(ctx: Context, s: Settings) -> jax.Array:
+    """GiGPO: episode advantage + ω × step advantage within anchor-state groups.
+
+    Anchor = int32 hash of the observation before the turn (answer, revealed symbols, turn index),
+    compared within the prompt; step reward = score change, discounted with γ = 0.95.
+    """
+    r = ctx.rollout
+    return credax.gigpo_advantages(
+        ctx.outcome, _score_change(ctx), r.anchors, r.turn_mask, ctx.groups,
+        gamma=s.gigpo_gamma, omega=s.gigpo_omega,
+    )
+
+
+def value_baseline(ctx: Context, s: Settings) -> jax.Array:
+    """Learned value baseline: ``outcome - V(observation)`` per turn, V a head on the shared trunk
+    regressed on the outcome (TRIAGE's outcome-supervised shared-backbone value comparison)."""
+    return _mask(ctx, ctx.outcome[:, None] - ctx.values)
+
+
+def scalar_process(ctx: Context, s: Settings) -> jax.Array:
+    """Scalar process-reward baseline: GRPO + λ·p, with p = the score change in units of one
+    position (+1 one more position right, -1 one fewer, 0 otherwise): the dense scalar a judge
+    grading progress would give. It cannot see exploration (probes get 0)."""
+    r = ctx.rollout
+    p = _score_change(ctx) * jnp.float32(r.before.target.shape[-1])
+    a = credax.grpo_advantages(ctx.outcome, ctx.groups)
+    return credax.scalar_process_advantages(a, p, r.turn_mask, lam=s.scalar_lam)
+
+
+# --- TRIAGE ------------------------------------------------------------------------------------
+
+
+def triage(judge):
+    def credit(ctx: Context, s: Settings) -> jax.Array:
+        r = ctx.rollout
+        roles = judge(r.roles, r.turn_mask, ctx.key)
+        a = credax.grpo_advantages(ctx.outcome, ctx.groups)
+        return credax.triage_advantages(a, roles, r.turn_mask, lam=s.triage_lam)
+
+    credit.__doc__ = f"TRIAGE: GRPO + λ·c[role], roles from the {judge.__name__} judge."
+    return credit
+
+
+# --- TCPO --------------------------------------------------------------------------------------
+
+
+def tcpo_retrospective(ctx: Context, s: Settings) -> jax.Array:
+    """TCPO, retrospective credit only (hindsight weight 0), normalised per (prompt, turn)."""
+    r = ctx.rollout
+    return credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups, hindsight_weight=0.0).advantages
+
+
+def tcpo_hindsight(ctx: Context, s: Settings) -> jax.Array:
+    """TCPO, retrospective + hindsight delayed credit (SPEC defaults)."""
+    r = ctx.rollout
+    return credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups).advantages
+
+
+def counterfactuals(ctx: Context, s: Settings):
+    """Real fixed-history counterfactuals at the Top-L most surprising hindsight-eligible turns.
+
+    Selection: ``select_top_surprisal`` over the batch on the mean token surprisal of each turn,
+    among the turns hindsight would credit (non-improving, before success). At each selected turn
+    the environment state before the turn is restored, ``M`` alternative actions are decoded from
+    the rollout policy and the verifier scores them. Static shapes: exactly ``budget`` slots, the
+    unused ones dropped by an out-of-range scatter.
+
+    Returns ``(alt_scores f32[B,K,M], alt_mask bool[B,K,M], selected bool[B,K])``.
+    """
+    r = ctx.rollout
+    B, K = r.scores.shape
+    M, budget = s.cf_alternatives, s.cf_budget
+    task = ctx.model.task
+    logp = r.logp.reshape(B, -1)
+    surprisal = credax.turn_surprisal(logp, ctx.token_turn, num_turns=K)
+    prior = credax.best_prior(r.scores, r.turn_mask)
+    eligible = r.turn_mask & (prior < 1.0) & (r.scores <= prior)
+    selected = credax.select_top_surprisal(surprisal, eligible, budget=budget, scope="batch")
+    flat = jnp.nonzero(selected.reshape(-1), size=budget, fill_value=B * K)[0]
+    used = flat < B * K
+    at = jnp.minimum(flat, B * K - 1)
+    before = jax.tree.map(lambda x: x.reshape(B * K, *x.shape[2:])[at], r.before)
+    # M copies of each selected state: [budget, M, ...].
+    rep = jax.tree.map(lambda x: jnp.repeat(x[:, None], M, axis=1), before)
+    obs = E.observe(task, rep)
+    kind, pos, val, _, _ = ctx.model.sample(obs, ctx.key)
+    _, info = E.step(task, rep, kind, pos, val)
+    alt = jnp.zeros((B * K + 1, M), jnp.float32).at[flat].set(info.score, mode="drop")[:-1]
+    alt_mask = jnp.zeros((B * K + 1, M), bool).at[flat].set(
+        jnp.broadcast_to(used[:, None], (budget, M)), mode="drop"
+    )[:-1]
+    return alt.reshape(B, K, M), alt_mask.reshape(B, K, M), selected
+
+
+def tcpo_full(ctx: Context, s: Settings) -> jax.Array:
+    """Full TCPO: retrospective + hindsight, refined by counterfactuals at Top-L surprisal turns."""
+    r = ctx.rollout
+    alt, alt_mask, selected = counterfactuals(ctx, s)
+    return credax.tcpo_advantages(
+        r.scores, r.turn_mask, ctx.groups, alt_scores=alt, alt_mask=alt_mask, selected=selected
+    ).advantages
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in [
+        Method("grpo", "GRPO", grpo),
+        Method("dr_grpo", "Dr. GRPO", dr_grpo, agg="seq-mean-token-sum-norm"),
+        Method("rloo", "RLOO", rloo),
+        Method("mt_grpo", "MT-GRPO", mt_grpo),
+        Method("gigpo", "GiGPO", gigpo),
+        Method("value", "value baseline", value_baseline, value_loss=True),
+        Method("scalar_prm", "scalar process reward", scalar_process),
+        Method("triage", "TRIAGE (oracle judge)", triage(judges.oracle)),
+        Method("triage_p02", "TRIAGE (p=0.2 judge)", triage(judges.noisy(0.2))),
+        Method("triage_p04", "TRIAGE (p=0.4 judge)", triage(judges.noisy(0.4))),
+        Method("triage_blind", "TRIAGE (regression-blind)", triage(judges.regression_blind)),
+        Method("tcpo_retro", "TCPO retrospective", tcpo_retrospective),
+        Method("tcpo_hindsight", "TCPO + hindsight", tcpo_hindsight),
+        Method("tcpo_full", "TCPO full (+counterfactual)", tcpo_full),
+    ]
+}

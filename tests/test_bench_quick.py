@@ -1,0 +1,179 @@
+"""The speed benchmark cannot rot: its quick mode runs here, and its peers match hand-worked cases.
+
+The quick run goes through a subprocess, exactly as CI and ``make bench`` call it, so the
+benchmark's own jax configuration (platform, thread count) is not mixed with the test suite's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import peers
+from benchmarks.speed import Impl, Runner, make_config, make_token_turn, make_turns
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.speed", "--quick", "--threads", "1", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    data = json.loads((out / "speed-cpu.json").read_text())
+    return out, data, proc.stdout
+
+
+def test_quick_run_writes_json_table_and_plot(quick_run):
+    out, data, stdout = quick_run
+    assert (out / "speed-cpu.png").stat().st_size > 10_000
+    md = (out / "speed-cpu.md").read_text()
+    assert "GRPO advantages" in md and "Targets" in md
+    assert "ratio credax_groups/torch_vectorized" in stdout or not data["meta"]["machine"]["torch"]
+    meta = data["meta"]
+    assert meta["quick"] is True and meta["device"] == "cpu" and meta["threads"] == 1
+    machine = meta["machine"]
+    assert machine["nproc"] >= 1 and machine["cpu_model"] and machine["jax"]
+    assert data["failures"] == []
+
+
+def test_every_timed_implementation_was_checked_first(quick_run):
+    _, data, _ = quick_run
+    cases = {rec["case"] for rec in data["cases"]}
+    assert "grpo" in cases and "triage_broadcast" in cases
+    for rec in data["cases"]:
+        events = rec["events"]
+        assert events.count("time") == 1, rec["case"]
+        start = events.index("time")
+        assert all(e.startswith("check:") for e in events[:start])
+        checked = {e.split(":", 1)[1] for e in events[:start]}
+        assert rec["results"], rec["case"]
+        for name, result in rec["results"].items():
+            assert name in checked, (rec["case"], name)
+            agreement = rec["agreement"][name]
+            assert agreement["ok"] is True and agreement["max_abs_err"] <= 1e-3
+            assert result["reps"] >= 7 or any(n.startswith(name) for n in rec["notes"])
+            assert len(result["samples_s"]) == result["reps"]
+            assert 0 < result["min_s"] <= result["median_s"] <= result["max_s"]
+        for ratio in rec["ratios"].values():
+            assert ratio["median"] > 0 and ratio["min"] <= ratio["median"] <= ratio["max"]
+
+
+def test_quick_run_covers_compile_and_targets(quick_run):
+    _, data, _ = quick_run
+    names = [r["fn"] for r in data["compile"]]
+    assert "grpo_advantages (Groups)" in names and "broadcast_to_tokens" in names
+    for r in data["compile"]:
+        assert r["compile_total_s"] > 0 and r["cache_size_after_first"] >= 1
+        assert isinstance(r["recompiled"], bool)
+        assert r["compiles_on_second_call"] == 0, r
+    assert {t["target"] for t in data["targets"]} >= {
+        "compile of tcpo_advantages (trace + lower + XLA), seconds",
+    }
+
+
+def test_runner_does_not_time_a_wrong_implementation():
+    cfg = make_config(quick=True, device="cpu", reps=7)
+    runner = Runner(cfg)
+    reference = np.arange(4.0)
+    impls = [
+        Impl("right", lambda: np.arange(4.0), "right", np.asarray),
+        Impl("wrong", lambda: np.arange(4.0) + 0.01, "off by 0.01", np.asarray),
+    ]
+    rec = runner.run_case("toy", {"B": 4}, 4, "B", reference, impls, [("right", "wrong")])
+    assert list(rec["results"]) == ["right"]
+    assert rec["agreement"]["wrong"]["ok"] is False
+    assert rec["ratios"] == {}
+    assert len(runner.failures) == 1 and "wrong" in runner.failures[0]
+
+
+def test_reference_grpo_hand_worked():
+    # ids 3: {1, 0}: mean .5, unbiased std sqrt(.5) -> ±.5/.70711 = ±.70711 (eps 0);
+    # ids 9: {.35, .35} constant -> 0; id 4 singleton keeps its raw score (verl) -> 2.
+    r = np.array([1.0, 0.0, 0.35, 0.35, 2.0])
+    ids = np.array([3, 3, 9, 9, 4])
+    expected = [0.70710678, -0.70710678, 0.0, 0.0, 2.0]
+    np.testing.assert_allclose(peers.reference_grpo(r, ids, eps=0.0), expected, atol=1e-8)
+    np.testing.assert_allclose(peers.numpy_grpo(r, ids, eps=1e-6), expected, atol=1e-5)
+
+
+# Two trajectories of one prompt, two turns, τ = 1:
+#   row 0: s = (0, 1): m = (0, 0), Δ = (0, 1), retro = (0, 1); eligible = (T, F); u = (1, 1)
+#   row 1: s = (0, 0): m = (0, 0), Δ = (0, 0), retro = (0, 0); eligible = (T, T); u = (0, 0)
+#   turn 0: both eligible, H = (1 - 0, 0 - 1) = (1, -1); credit (1, -1)
+#   turn 1: row 1 eligible alone, no peer -> H = 0; credit (1, 0)
+#   z per turn (population variance, eps 1e-6 inside the sqrt): turn 0 ±1/sqrt(1 + 1e-6),
+#   turn 1 ±.5/sqrt(.25 + 1e-6), times γ^1 = .5.
+TCPO_S = np.array([[0.0, 1.0], [0.0, 0.0]])
+TCPO_EXPECTED = np.array([
+    [1 / math.sqrt(1 + 1e-6), 0.5 * 0.5 / math.sqrt(0.25 + 1e-6)],
+    [-1 / math.sqrt(1 + 1e-6), -0.5 * 0.5 / math.sqrt(0.25 + 1e-6)],
+])
+
+
+def test_reference_tcpo_hand_worked():
+    mask = np.ones((2, 2), bool)
+    got = peers.reference_tcpo(TCPO_S, mask, np.array([5, 5]), gamma=0.5, eps=1e-6)
+    np.testing.assert_allclose(got, TCPO_EXPECTED, rtol=1e-12)
+
+
+def test_reference_broadcast_and_triage_hand_worked():
+    # roles D (+1), R (-.5), unlabeled; λ = .2: .7 + .2, .7 - .1, .7; padded turn -> 0
+    turn = peers.reference_triage(
+        np.array([0.7]), np.array([[0, 3, -1, 1]]), np.array([[1, 1, 1, 0]], bool), lam=0.2,
+        constants=(1.0, 0.5, -0.1, -0.5),
+    )
+    np.testing.assert_allclose(turn, [[0.9, 0.6, 0.7, 0.0]], atol=1e-12)
+    tokens = peers.reference_broadcast(turn, np.array([[-1, 0, 0, -1, 1, 2, -1]]))
+    np.testing.assert_allclose(tokens, [[0, 0.9, 0.9, 0, 0.6, 0.7, 0]], atol=1e-12)
+
+
+def test_token_turn_generator_is_consistent():
+    rng = np.random.default_rng(0)
+    _, turn_mask = make_turns(rng, 6, 5)
+    token_turn = make_token_turn(rng, turn_mask, 200)
+    assert token_turn.shape == (6, 200) and token_turn.dtype == np.int32
+    for b in range(6):
+        used = set(token_turn[b][token_turn[b] >= 0].tolist())
+        assert used <= set(np.flatnonzero(turn_mask[b]).tolist())
+        assert np.all(token_turn[b, : 200 // 8] == -1)  # the prompt gets no credit
+
+
+torch = peers.torch
+
+
+@pytest.mark.skipif(not peers.HAVE_TORCH, reason="torch (the bench extra) is not installed")
+def test_torch_peers_match_references():
+    rng = np.random.default_rng(3)
+    ids = np.repeat(np.array([11, -4, 7, 2**20]), 4)
+    perm = rng.permutation(16)
+    ids = ids[perm]
+    r = rng.random(16).astype(np.float32)
+    ref = peers.reference_grpo(r, ids, eps=1e-6)
+    rt, it = torch.as_tensor(r), torch.as_tensor(ids.astype(np.int64))
+    np.testing.assert_allclose(peers.torch_grpo_vectorized(rt, it).numpy(), ref, atol=1e-5)
+    np.testing.assert_allclose(peers.torch_grpo_loop(rt, [str(i) for i in ids]).numpy(), ref,
+                               atol=1e-5)
+    order = np.argsort(ids, kind="stable")
+    sorted_out = peers.torch_grpo_reshape(torch.as_tensor(r[order]), 4).numpy()
+    np.testing.assert_allclose(sorted_out, ref[order], atol=1e-5)
+
+    got = peers.torch_tcpo_loop(torch.as_tensor(TCPO_S), torch.ones(2, 2, dtype=torch.bool),
+                                torch.tensor([5, 5]), gamma=0.5, eps=1e-6)
+    np.testing.assert_allclose(got.numpy(), TCPO_EXPECTED, rtol=1e-12)
+
+    scores, turn_mask = make_turns(rng, 32, 6)
+    tids = np.repeat(np.arange(4) * 3 - 5, 8)[rng.permutation(32)]
+    ref = peers.reference_tcpo(scores, turn_mask, tids, gamma=0.9)
+    got = peers.torch_tcpo_loop(torch.as_tensor(scores.astype(np.float64)),
+                                torch.as_tensor(turn_mask), torch.as_tensor(tids), gamma=0.9)
+    np.testing.assert_allclose(got.numpy(), ref, atol=1e-9)
