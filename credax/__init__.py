@@ -5,6 +5,7 @@ math lives (``_groups`` statistics, ``_outcome`` outcome advantages, ``_turns`` 
 ``_validate`` eager checks). See SPEC.md for the contract.
 """
 
+from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
 from . import presets as presets
 from ._groups import Groups as Groups
 from ._groups import PeerMean as PeerMean
@@ -13,10 +14,42 @@ from ._groups import group_mean as group_mean
 from ._groups import group_normalize as group_normalize
 from ._groups import groups as groups
 from ._groups import peer_mean as peer_mean
+from ._losses import PolicyLoss as PolicyLoss
+from ._losses import PolicyMetrics as PolicyMetrics
+from ._losses import aggregate as aggregate
+from ._losses import kl_divergence as kl_divergence
+from ._losses import policy_loss as policy_loss
+from ._losses import token_logprobs as token_logprobs
+from ._losses import token_logprobs_from_hidden as token_logprobs_from_hidden
 from ._outcome import degenerate_groups as degenerate_groups
 from ._outcome import gdpo_advantages as gdpo_advantages
 from ._outcome import grpo_advantages as grpo_advantages
 from ._outcome import rloo_advantages as rloo_advantages
+from ._stepwise import gigpo_advantages as gigpo_advantages
+from ._stepwise import mt_grpo_advantages as mt_grpo_advantages
+from ._tcpo import TCPO as TCPO
+from ._tcpo import Counterfactual as Counterfactual
+from ._tcpo import Hindsight as Hindsight
+from ._tcpo import Retrospective as Retrospective
+from ._tcpo import adjacent_delta_credit as adjacent_delta_credit
+from ._tcpo import counterfactual_credit as counterfactual_credit
+from ._tcpo import hindsight_credit as hindsight_credit
+from ._tcpo import raw_score_credit as raw_score_credit
+from ._tcpo import retrospective_credit as retrospective_credit
+from ._tcpo import select_top_surprisal as select_top_surprisal
+from ._tcpo import tcpo_advantages as tcpo_advantages
+from ._triage import Role as Role
+from ._triage import RoleFit as RoleFit
+from ._triage import TRIAGE_ROLE_CONSTANTS as TRIAGE_ROLE_CONSTANTS
+from ._triage import Windows as Windows
+from ._triage import fit_role_constants as fit_role_constants
+from ._triage import judge_windows as judge_windows
+from ._triage import optimal_mixing_weight as optimal_mixing_weight
+from ._triage import parse_roles as parse_roles
+from ._triage import role_credit as role_credit
+from ._triage import scalar_process_advantages as scalar_process_advantages
+from ._triage import triage_advantages as triage_advantages
+from ._triage import validate_roles as validate_roles
 from ._turns import best_prior as best_prior
 from ._turns import broadcast_to_tokens as broadcast_to_tokens
 from ._turns import discount_weights as discount_weights

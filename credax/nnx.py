@@ -1,0 +1,173 @@
+"""The thin Flax NNX wrapper: a model, a batch, and :func:`credax.policy_loss` — plumbing only.
+
+Nothing here computes anything of its own: :func:`sequence_logprobs` calls the model and
+:func:`credax.token_logprobs` (or :func:`credax.token_logprobs_from_hidden`), and
+:func:`policy_loss_fn` hands the result to :func:`credax.policy_loss`. The functions take the model
+as their first argument and return ``(loss, metrics)``, the shape ``nnx.value_and_grad(...,
+has_aux=True)`` and ``nnx.Optimizer`` expect.
+
+**Alignment (next-token prediction), stated once.** Every per-token array of a
+:class:`PolicyBatch` is aligned with ``tokens``: entry ``[b, t]`` is about the token
+``tokens[b, t]``. A causal model's output at position ``t`` predicts the token at ``t + 1``, so
+
+    logp[b, t] = log softmax(model(tokens)[b, t - 1])[tokens[b, t]]      for t >= 1,
+
+and position ``0`` has no prediction: it is never scored (``logp[:, 0] = 0``) and never trained
+on, whatever ``mask[:, 0]`` says. ``old_logp`` and ``ref_logp`` must follow the same alignment —
+compute them with :func:`sequence_logprobs` on the rollout / reference model, or take the sampler's
+per-token log-probs of the generated tokens and write them at the tokens' own positions.
+
+The module does not import flax: the model is any callable (an ``nnx.Module`` in practice), and
+``import credax`` stays as cheap as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+from ._losses import PolicyMetrics, policy_loss, token_logprobs, token_logprobs_from_hidden
+
+
+class PolicyBatch(NamedTuple):
+    """One optimisation batch, every per-token field aligned with ``tokens`` (see the module doc).
+
+    Attributes:
+      tokens: ``int[B, T]`` the whole sequences (prompt, generated turns, observations, padding).
+      mask: ``bool[B, T]`` tokens trained on: those the policy generated. ``mask[:, 0]`` is
+        ignored (the first token has no prediction).
+      old_logp: ``float[B, T]`` behaviour-policy log-prob of ``tokens[b, t]`` given
+        ``tokens[b, :t]``.
+      advantages: ``float[B, T]`` per token, ``float[B]`` per row, or ``float[B, K]`` per turn
+        with ``token_turn``.
+      token_turn: optional ``int[B, T]`` turn index of each token, ``-1`` for none.
+      ref_logp: optional ``float[B, T]`` reference-policy log-probs, same alignment, for a KL term.
+
+    A ``NamedTuple`` is a pytree: it passes through ``nnx.jit`` and can be sharded with
+    ``jax.device_put(batch, NamedSharding(mesh, P("data")))`` (``None`` fields have no leaves).
+    """
+
+    tokens: Int[Array, "B T"]
+    mask: Bool[Array, "B T"]
+    old_logp: Float[Array, "B T"]
+    advantages: Float[Array, "B T"] | Float[Array, "B K"] | Float[Array, " B"]
+    token_turn: Int[Array, "B T"] | None = None
+    ref_logp: Float[Array, "B T"] | None = None
+
+
+def _call(model, tokens):
+    return model(tokens)
+
+
+def sequence_logprobs(
+    model: Any,
+    tokens: Int[Array, "B T"],
+    mask: Bool[Array, "B T"] | None = None,
+    *,
+    apply: Callable[[Any, jax.Array], Any] | None = None,
+    chunk_size: int | None = None,
+) -> Float[Array, "B T"]:
+    """Log-prob of each token given its prefix, aligned with ``tokens``; ``0`` at position 0.
+
+    ``out[b, t] = log p(tokens[b, t] | tokens[b, :t])`` from the model's output at ``t - 1``.
+
+    Args:
+      model: the policy; ``apply(model, tokens)`` must return either logits ``[B, T, V]`` or a
+        pair ``(hidden [B, T, D], unembedding [D, V])``, in which case the log-probs are computed
+        by :func:`credax.token_logprobs_from_hidden` and never hold the ``[B, T, V]`` logits when
+        ``chunk_size`` is set.
+      tokens: ``int[B, T]``.
+      mask: optional ``bool[B, T]`` tokens whose log-prob is wanted; others are ``0`` and their
+        logits cannot affect gradients (NaN included).
+      apply: how to call the model; default ``model(tokens)``.
+      chunk_size: sequence chunk for the hidden-state path (static); needs the pair output.
+
+    Returns:
+      ``float32[B, T]``; ``0`` at position 0 and at masked positions.
+
+    Raises:
+      ValueError: ``chunk_size`` with a model that returns logits, or outputs of the wrong shape.
+    """
+    tokens = _checks.as_int_array(tokens, "tokens")
+    _checks.check_ndim(tokens, "tokens", 2, "[B, T]")
+    batch, length = tokens.shape
+    if mask is not None:
+        mask = _checks.as_mask(mask, "mask", tokens.shape)
+    out = (apply or _call)(model, tokens)
+    # Predictions at position t score tokens[t + 1]; the last position predicts nothing.
+    targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+    wanted = jnp.ones((batch, length - 1), bool) if mask is None else mask[:, 1:]
+    scored = jnp.concatenate([wanted, jnp.zeros((batch, 1), bool)], axis=1)
+    if isinstance(out, tuple | list):
+        hidden, unembedding = out
+        lp = token_logprobs_from_hidden(
+            hidden, unembedding, targets, chunk_size=chunk_size, mask=scored
+        )
+    else:
+        if chunk_size is not None:
+            raise ValueError(
+                "`chunk_size` needs a model output `(hidden [B, T, D], unembedding [D, V])`; this "
+                "model returned logits, which are already whole. Use `apply=` to return the pair."
+            )
+        lp = token_logprobs(out, targets, mask=scored)
+    return jnp.concatenate([jnp.zeros((batch, 1), lp.dtype), lp[:, :-1]], axis=1)
+
+
+def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Array, ""], PolicyMetrics]:
+    """``(loss, metrics)`` of :func:`credax.policy_loss` for an NNX model on a :class:`PolicyBatch`.
+
+    Differentiate it with ``nnx.value_and_grad(policy_loss_fn, has_aux=True)(model, batch)``.
+    Bind options with ``functools.partial(policy_loss_fn, agg=..., clip_high=...)``: flax's
+    transforms resolve every argument to a position and refuse keyword arguments at call time
+    (``nnx.value_and_grad(f)(model, batch, agg=...)`` raises "keyword arguments could not be
+    resolved to positions"), which is also why the options are ``**options`` rather than named
+    keyword-only parameters. ``batch.mask[:, 0]`` is dropped (position 0 is never predicted).
+
+    Args:
+      model: the policy (see :func:`sequence_logprobs` for what it must return).
+      batch: a :class:`PolicyBatch`.
+      **options: ``apply`` and ``chunk_size`` as in :func:`sequence_logprobs`; every other option
+        goes to :func:`credax.policy_loss` (``clip_low``, ``clip_high``, ``dual_clip``, ``agg``,
+        ``normalizer``, ``kl_coef``, ``kl_estimator``, ``ratio``).
+
+    Returns:
+      ``(loss, PolicyMetrics)``.
+
+    Raises:
+      TypeError: ``batch`` is not a :class:`PolicyBatch`, or an option is unknown.
+
+    Examples:
+      >>> import credax, credax.nnx, jax.numpy as jnp
+      >>> from flax import nnx
+      >>> model = nnx.Embed(5, 5, rngs=nnx.Rngs(0))   # a bigram "language model": logits = E[token]
+      >>> tokens = jnp.array([[1, 2, 3, 4]])
+      >>> mask = jnp.array([[False, True, True, True]])
+      >>> old = credax.nnx.sequence_logprobs(model, tokens, mask)
+      >>> batch = credax.nnx.PolicyBatch(tokens, mask, old, advantages=jnp.array([1.0]))
+      >>> (loss, metrics), grads = nnx.value_and_grad(credax.nnx.policy_loss_fn, has_aux=True)(
+      ...     model, batch)
+      >>> float(loss), float(metrics.mean_ratio)   # on-policy: ratio 1, loss = -mean(A)
+      (-1.0, 1.0)
+    """
+    if not isinstance(batch, PolicyBatch):
+        raise TypeError(f"`batch` must be a credax.nnx.PolicyBatch; got {type(batch).__name__}.")
+    apply = options.pop("apply", None)
+    chunk_size = options.pop("chunk_size", None)
+    mask = _checks.as_mask(batch.mask, "batch.mask", jnp.shape(batch.tokens))
+    logp = sequence_logprobs(model, batch.tokens, mask, apply=apply, chunk_size=chunk_size)
+    mask = mask.at[:, 0].set(False)
+    out = policy_loss(
+        logp,
+        batch.old_logp,
+        batch.advantages,
+        mask,
+        token_turn=batch.token_turn,
+        ref_logp=batch.ref_logp,
+        **options,
+    )
+    return out.loss, out.metrics

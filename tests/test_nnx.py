@@ -1,0 +1,231 @@
+"""Tests of credax/nnx.py: the next-token alignment, the hidden-state path, a train step, and
+data parallelism over 8 forced CPU devices (in a subprocess)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import credax
+import credax.nnx as cnnx
+
+
+class TinyLM(nnx.Module):
+    """Embedding, causal prefix mean, one tanh layer, untied head: a causal LM in four lines."""
+
+    def __init__(self, vocab: int, dim: int, *, rngs: nnx.Rngs):
+        self.embed = nnx.Embed(vocab, dim, rngs=rngs)
+        self.mix = nnx.Linear(dim, dim, rngs=rngs)
+        self.head = nnx.Linear(dim, vocab, use_bias=False, rngs=rngs)
+
+    def hidden(self, tokens):
+        h = self.embed(tokens)
+        steps = jnp.arange(1, tokens.shape[1] + 1, dtype=h.dtype)[None, :, None]
+        return jnp.tanh(self.mix(jnp.cumsum(h, axis=1) / steps))
+
+    def __call__(self, tokens):
+        return self.head(self.hidden(tokens))
+
+
+def hidden_pair(model, tokens):
+    return model.hidden(tokens), model.head.kernel[...]
+
+
+def _batch(model, batch=4, length=9, vocab=17, seed=0, noise=0.1):
+    k = jax.random.split(jax.random.key(seed), 4)
+    tokens = jax.random.randint(k[0], (batch, length), 0, vocab)
+    ends = jax.random.randint(k[1], (batch, 1), 4, length + 1)
+    pos = jnp.arange(length)[None, :]
+    mask = (pos >= 2) & (pos < ends)  # two prompt tokens, then a response of varying length
+    old = cnnx.sequence_logprobs(model, tokens, mask) + noise * jax.random.normal(k[2], mask.shape)
+    old = jnp.where(mask, old, jnp.nan)  # padding holds garbage; it must not matter
+    return cnnx.PolicyBatch(tokens, mask, old, jax.random.normal(k[3], (batch,)))
+
+
+def test_sequence_logprobs_alignment():
+    # A bigram "model": logits at position t are E[tokens[t]], so with the documented shift
+    # logp[t] = log_softmax(E[tokens[t - 1]])[tokens[t]] for t >= 1 and logp[0] = 0.
+    vocab = 7
+    model = nnx.Embed(vocab, vocab, rngs=nnx.Rngs(3))
+    table = np.asarray(model.embedding[...], np.float64)
+    tokens = np.array([[3, 1, 4, 1, 5], [6, 0, 2, 6, 5]])
+    expected = np.zeros(tokens.shape)
+    for b in range(2):
+        for t in range(1, 5):
+            row = table[tokens[b, t - 1]]
+            lse = np.log(np.sum(np.exp(row - row.max()))) + row.max()
+            expected[b, t] = row[tokens[b, t]] - lse
+    out = cnnx.sequence_logprobs(model, jnp.array(tokens))
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    mask = jnp.array([[True, True, False, True, True], [False] * 5])
+    out = cnnx.sequence_logprobs(model, jnp.array(tokens), mask)
+    np.testing.assert_allclose(out, np.where(np.asarray(mask) & (np.arange(5) > 0), expected, 0),
+                               atol=1e-5)
+
+
+def test_policy_loss_fn_on_policy_and_first_position_ignored():
+    model = TinyLM(17, 8, rngs=nnx.Rngs(0))
+    batch = _batch(model, noise=0.0)
+    loss, metrics = cnnx.policy_loss_fn(model, batch)
+    # On-policy: every ratio is 1, so the token-mean loss is -Σ A / N over the masked tokens.
+    adv = jnp.broadcast_to(batch.advantages[:, None], batch.mask.shape)
+    expected = -jnp.sum(jnp.where(batch.mask, adv, 0.0)) / jnp.sum(batch.mask, dtype=jnp.float32)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(metrics.mean_ratio, 1.0, rtol=1e-6)
+    # mask[:, 0] has no prediction and is ignored.
+    moved = batch._replace(mask=batch.mask.at[:, 0].set(True))
+    np.testing.assert_array_equal(cnnx.policy_loss_fn(model, moved)[0], loss)
+
+
+def test_policy_loss_fn_equals_manual_pipeline():
+    model = TinyLM(17, 8, rngs=nnx.Rngs(1))
+    batch = _batch(model, seed=1)
+    kwargs = dict(agg="seq-mean-token-mean", clip_high=0.28, dual_clip=3.0)
+    loss, metrics = cnnx.policy_loss_fn(model, batch, **kwargs)
+    logits = model(batch.tokens)
+    logp = credax.token_logprobs(logits[:, :-1], batch.tokens[:, 1:])
+    mask = batch.mask[:, 1:]
+    manual = credax.policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, mask, **kwargs)
+    np.testing.assert_allclose(loss, manual.loss, rtol=1e-6, atol=1e-7)
+    for a, b in zip(metrics, manual.metrics, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_hidden_path_equals_logits_path(chunk_size):
+    model = TinyLM(17, 8, rngs=nnx.Rngs(2))
+    batch = _batch(model, seed=2)
+    def grad(**options):
+        fn = functools.partial(cnnx.policy_loss_fn, **options)
+        return nnx.jit(nnx.value_and_grad(fn, has_aux=True))(model, batch)
+
+    (loss, _), g = grad()
+    (loss_h, _), g_h = grad(apply=hidden_pair, chunk_size=chunk_size)
+    np.testing.assert_allclose(loss_h, loss, rtol=1e-5, atol=1e-7)
+    for a, b in zip(jax.tree.leaves(g_h), jax.tree.leaves(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_chunk_size_needs_hidden_pair():
+    model = TinyLM(17, 8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="chunk_size"):
+        cnnx.policy_loss_fn(model, _batch(model), chunk_size=4)
+    with pytest.raises(TypeError, match="PolicyBatch"):
+        cnnx.policy_loss_fn(model, tuple(_batch(model)))
+
+
+def test_per_turn_advantages_and_masked_garbage():
+    model = TinyLM(17, 8, rngs=nnx.Rngs(4))
+    batch = _batch(model, batch=2, length=8, seed=4)
+    token_turn = jnp.array([[-1, -1, 0, 0, 1, 1, -1, -1], [-1, -1, 0, 0, 0, 1, 1, 1]])
+    turn_adv = jnp.array([[0.5, -1.0, jnp.nan], [0.35, 1 / 3, jnp.nan]])  # turn 2 is padding
+    turns = batch._replace(advantages=turn_adv, token_turn=token_turn)
+    grad = nnx.jit(nnx.value_and_grad(cnnx.policy_loss_fn, has_aux=True))
+    (loss, _), g = grad(model, turns)
+    token_adv = credax.broadcast_to_tokens(jnp.nan_to_num(turn_adv), token_turn)
+    flat = batch._replace(advantages=token_adv, mask=batch.mask & (token_turn >= 0))
+    (loss_flat, _), g_flat = grad(model, flat)
+    np.testing.assert_allclose(loss, loss_flat, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_flat), strict=True):
+        assert bool(jnp.all(jnp.isfinite(a)))
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_train_step_raises_logprobs_of_positive_advantages():
+    model = TinyLM(17, 16, rngs=nnx.Rngs(5))
+    batch = _batch(model, seed=5, noise=0.0)
+    batch = batch._replace(advantages=jnp.ones_like(batch.advantages))
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
+    loss_fn = functools.partial(cnnx.policy_loss_fn, clip_high=0.28)
+
+    @nnx.jit
+    def train_step(model, optimizer, batch):
+        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, batch)
+        optimizer.update(model, grads)
+        return loss, metrics
+
+    def mean_logp():
+        lp = cnnx.sequence_logprobs(model, batch.tokens, batch.mask)
+        return float(jnp.sum(lp) / jnp.sum(batch.mask[:, 1:], dtype=jnp.float32))
+
+    before = mean_logp()
+    # optax's bias correction mixes a Python float with an int32 step count, which the suite's
+    # strict dtype promotion refuses; credax itself runs under the strict setting.
+    with jax.numpy_dtype_promotion("standard"):
+        for _ in range(3):
+            _, metrics = train_step(model, optimizer, batch)
+    assert mean_logp() > before
+    assert float(metrics.mean_ratio) > 1.0  # the policy moved toward the rewarded tokens
+
+
+DATA_PARALLEL = textwrap.dedent(
+    """
+    import functools, json, sys
+    import jax, jax.numpy as jnp, optax
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    sys.path.insert(0, sys.argv[1])
+    import credax.nnx as cnnx
+    from tests.test_nnx import TinyLM, _batch
+
+    assert len(jax.devices()) == 8, jax.devices()
+    model = TinyLM(17, 8, rngs=nnx.Rngs(0))
+    batch = _batch(model, batch=16, length=12, seed=7)
+    loss_fn = functools.partial(cnnx.policy_loss_fn, agg="seq-mean-token-mean", dual_clip=3.0)
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def train_step(model, optimizer, batch):
+        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, batch)
+        optimizer.update(model, grads)
+        return loss, grads
+
+    def run(place):
+        m = TinyLM(17, 8, rngs=nnx.Rngs(0))
+        opt = nnx.Optimizer(m, optax.adamw(1e-2), wrt=nnx.Param)
+        nnx.update(m, place(nnx.state(m), P()))
+        nnx.update(opt, place(nnx.state(opt), P()))
+        loss, grads = train_step(m, opt, place(batch, P("data")))
+        return loss, grads, nnx.state(m, nnx.Param), place(batch, P("data")).tokens.sharding
+
+    one = run(lambda x, spec: jax.device_put(x, jax.devices()[0]))
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    many = run(lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec)))
+    host = lambda t: [jax.device_get(x) for x in jax.tree.leaves(t)]
+    diff = lambda a, b: max(float(abs(x - y).max()) for x, y in
+                            zip(host(a), host(b), strict=True))
+    print(json.dumps({
+        "loss_one": float(one[0]), "loss_many": float(many[0]),
+        "grad_diff": diff(one[1], many[1]), "param_diff": diff(one[2], many[2]),
+        "grad_scale": max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(one[1])),
+        "sharded_over": len(many[3].device_set),
+    }))
+    """
+)
+
+
+def test_data_parallel_matches_one_device(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "dp.py"
+    script.write_text(DATA_PARALLEL)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, str(script), root], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["sharded_over"] == 8
+    np.testing.assert_allclose(out["loss_many"], out["loss_one"], rtol=1e-6)
+    assert out["grad_diff"] <= 1e-6 * max(1.0, out["grad_scale"])
+    assert out["param_diff"] <= 1e-6
