@@ -837,8 +837,12 @@ def policy_loss(
     rv = sg(r)
     count = jnp.sum(mask, dtype=dtype)
 
+    # The metrics need no mask of their own: every input was selected to 0 off the mask above, so
+    # at a masked token adv = 0 (no clip side can bind), log_r = 0 (r - 1 = 0, k3 = 0). Plain sums
+    # over values that are structurally 0 there fuse into one pass; a select per metric made XLA
+    # materialise a [B, T] temporary each (the forward ran 9x slower than the loss alone on CPU).
     def token_mean(x):
-        return _checks.safe_div(jnp.sum(_select(mask, x)), count, count > 0)
+        return _checks.safe_div(jnp.sum(x), count, count > 0)
 
     def fraction(cond):
         return token_mean(cond.astype(dtype))
@@ -850,7 +854,9 @@ def policy_loss(
         clip_frac_low=fraction(negative & (rv < low)),
         clip_frac_high=fraction((adv > 0) & (rv > high)),
         dual_clip_frac=zero if dual_clip is None else fraction(negative & (rv > c)),
-        approx_kl=token_mean(_k3_kernel(sg(jnp.clip(delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)))),
-        mean_ratio=token_mean(rv),
+        approx_kl=token_mean(_k3_kernel(sg(log_r if ratio == "token" else _select(mask, jnp.clip(
+            delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))))),
+        # mean of r over valid tokens = 1 + mean of (r - 1), and r - 1 is exactly 0 off the mask.
+        mean_ratio=jnp.where(count > 0, 1 + token_mean(rv - 1), zero),
     )
     return PolicyLoss(loss, metrics)
