@@ -277,8 +277,10 @@ def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, 
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            args, kwargs = jax.tree_util.tree_map(_replicate_explicit, (args, kwargs))
             if positions:
+                # Only grouped functions scatter rows into per-group tables; row-wise functions
+                # (turn scans, losses) keep their batch sharding.
+                args, kwargs = jax.tree_util.tree_map(_replicate_explicit, (args, kwargs))
                 args = list(args)
                 for name, pos in positions.items():
                     # ``None`` passes through: an optional grouping (select_top_surprisal).

@@ -1,0 +1,549 @@
+"""Tests of the outcome advantages: GRPO, Dr. GRPO, RLOO, GDPO, degenerate_groups and the peer
+presets (SPEC §2; credax.presets).
+
+Ground truth: the NumPy loops of ``tests/reference/groups.py``, hand-worked verl and TRL numbers
+(their formulas as described in research/peers.md §2.1 and §2.3, worked by hand below),
+identities between the estimators, and hypothesis properties.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from reference import groups as ref
+
+import credax
+from credax import presets
+
+NICE = (0.0, 0.35, 1.0 / 3.0, 0.95, 1.0, -2.5)
+GARBAGE = (math.nan, math.inf, -math.inf, 1e30)
+PRESETS = {
+    "VERL": presets.VERL,
+    "VERL_DR_GRPO": presets.VERL_DR_GRPO,
+    "TRL": presets.TRL,
+    "TRL_BATCH": presets.TRL_BATCH,
+    "TRL_NONE": presets.TRL_NONE,
+    "default": {},
+}
+
+
+def assert_close(actual, expected, rtol=1e-4, atol=1e-5, err_msg=""):
+    np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=rtol, atol=atol,
+                               err_msg=err_msg)
+
+
+def random_batch(rng, b, c=None):
+    ids = rng.choice([-9, 0, 4, 11, 2**31 - 1, 123456][: rng.integers(1, 7)], size=b)
+    shape = (b,) if c is None else (b, c)
+    r = np.where(rng.random(shape) < 0.5, rng.choice(NICE, size=shape), rng.normal(size=shape))
+    r[ids == ids[0]] = 1 / 3  # a constant group (or a constant singleton)
+    mask = rng.random(b) < 0.85
+    full = mask if c is None else mask[:, None]
+    r = np.where(full, r, rng.choice(GARBAGE)).astype(np.float32)
+    return r, ids, mask
+
+
+# --------------------------------------------------------------------------------------------
+# Golden cases: verl and TRL worked by hand
+# --------------------------------------------------------------------------------------------
+
+# verl batch: uids a b a c b a, scores 1 .5 0 .7 .5 .5 (any hashable uid; credax: any int).
+VERL_IDS = np.array([101, -7, 101, 55, -7, 101])
+VERL_SCORES = np.array([1.0, 0.5, 0.0, 0.7, 0.5, 0.5], np.float32)
+
+
+def test_verl_preset_golden():
+    # verl compute_grpo_outcome_advantage, norm_adv_by_std_in_grpo=True, epsilon=1e-6:
+    #   group a = {1, 0, .5}: mean .5, torch.std (unbiased) = sqrt((.25 + .25 + 0) / 2) = .5
+    #     -> (1 - .5)/(.5 + 1e-6) = .999998, (0 - .5)/(.500001) = -.999998, (.5 - .5)/.. = 0
+    #   group b = {.5, .5}: std 0 -> 0 / (0 + 1e-6) = 0
+    #   group c = {.7}: singleton, verl sets mean 0 and std 1 -> .7 / (1 + 1e-6) = .6999993
+    verl = [0.5 / 0.500001, 0.0, -0.5 / 0.500001, 0.7 / (1 + 1e-6), 0.0, 0.0]
+    out = credax.grpo_advantages(VERL_SCORES, VERL_IDS, **presets.VERL)
+    # The preset keeps the singleton's raw score (.7): within 1e-6 relative of verl's .7/(1+1e-6).
+    np.testing.assert_allclose(out, verl, rtol=2e-6, atol=1e-7)
+    assert float(out[3]) == np.float32(0.7)
+    assert float(out[1]) == 0.0 and float(out[4]) == 0.0
+
+
+def test_verl_dr_grpo_preset_golden():
+    # norm_adv_by_std_in_grpo=False: score - mean; the singleton's mean is 0 -> .7.
+    #   a: 1 - .5 = .5, 0 - .5 = -.5, .5 - .5 = 0;   b: 0, 0;   c: .7 - 0 = .7
+    out = credax.grpo_advantages(VERL_SCORES, VERL_IDS, **presets.VERL_DR_GRPO)
+    np.testing.assert_allclose(out, [0.5, 0.0, -0.5, 0.7, 0.0, 0.0], atol=1e-7)
+
+
+# TRL batch: 2 prompts x G = 3 generations, contiguous as TRL requires (credax does not).
+TRL_REWARDS = np.array([1.0, 0.0, 0.5, 0.2, 0.2, 0.8], np.float32)
+TRL_IDS = np.array([0, 0, 0, 1, 1, 1])
+
+
+def _trl_expected(scale_rewards):
+    # mean_grouped: prompt 0 -> .5, prompt 1 -> .4
+    centred = [0.5, -0.5, 0.0, -0.2, -0.2, 0.4]
+    if scale_rewards == "group":
+        # std_grouped (unbiased): prompt 0 sqrt((.25 + .25 + 0)/2) = .5;
+        # prompt 1 sqrt((.04 + .04 + .16)/2) = sqrt(.12) = .34641
+        std = [0.5] * 3 + [math.sqrt(0.12)] * 3
+    elif scale_rewards == "batch":
+        # rewards.std() over all 6: mean 2.7/6 = .45; squared deviations .3025 .2025 .0025
+        # .0625 .0625 .1225 sum .755; / 5 = .151 -> .388587
+        std = [math.sqrt(0.151)] * 6
+    else:
+        return centred
+    return [c / (s + 1e-4) for c, s in zip(centred, std, strict=True)]
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_trl_presets_golden(scale_rewards):
+    preset = presets.trl(scale_rewards)
+    expected = _trl_expected(scale_rewards)
+    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, **preset)
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-7)
+    # credax needs no contiguity: shuffled rows and arbitrary ids give the same per-row numbers.
+    perm = np.array([4, 0, 5, 2, 1, 3])
+    ids = np.where(TRL_IDS == 0, -123, 77)[perm]
+    out = credax.grpo_advantages(TRL_REWARDS[perm], ids, **preset)
+    np.testing.assert_allclose(out, np.array(expected)[perm], rtol=1e-6, atol=1e-7)
+
+
+def test_trl_preset_values_by_hand():
+    # group: ±.5 / (.5 + 1e-4) = ±.99980; -.2 / (.34641 + 1e-4) = -.57718; .4 / .34651 = 1.15437
+    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, **presets.TRL)
+    np.testing.assert_allclose(out, [0.99980, -0.99980, 0.0, -0.57718, -0.57718, 1.15437],
+                               atol=1e-5)
+    # batch: ±.5 / (.388587 + 1e-4) = ±1.28638; -.2 / .388687 = -.51455; .4 / .388687 = 1.02911
+    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, **presets.TRL_BATCH)
+    np.testing.assert_allclose(out, [1.28638, -1.28638, 0.0, -0.51455, -0.51455, 1.02911],
+                               atol=1e-5)
+
+
+def test_presets_are_complete_and_immutable():
+    keys = {"center", "scale", "ddof", "eps", "eps_mode", "singleton"}
+    for name, preset in PRESETS.items():
+        if name != "default":
+            assert keys <= set(preset), name
+    assert presets.VERL["eps"] == 1e-6 and presets.VERL["singleton"] == "raw"
+    assert presets.TRL["eps"] == 1e-4 and presets.TRL["ddof"] == 1
+    assert presets.trl("batch") is presets.TRL_BATCH and presets.trl() is presets.TRL
+    with pytest.raises(TypeError):
+        presets.VERL["eps"] = 0.0  # a shared preset cannot be mutated by one caller
+    with pytest.raises(ValueError, match="scale_rewards"):
+        presets.trl("std")
+
+
+def test_constant_and_singleton_groups_under_every_preset():
+    # {1/3, 1/3, 1/3} and {.95, .95}: exactly 0 under every preset (TRL's own float mean of
+    # three 1/3 need not be exact; credax's is by construction). Singleton 0.35: raw under verl.
+    r = np.array([1 / 3, 1 / 3, 1 / 3, 0.95, 0.95, 0.35], np.float32)
+    ids = np.array([1, 1, 1, 2, 2, 3])
+    for name, preset in PRESETS.items():
+        out = np.asarray(credax.grpo_advantages(r, ids, **preset))
+        assert np.all(out[:5] == 0.0), name
+        assert out[5] == (np.float32(0.35) if preset.get("singleton") == "raw" else 0.0), name
+
+
+def test_rloo_golden():
+    # {1, 0, .5}: 1 - (0 + .5)/2 = .75, 0 - (1 + .5)/2 = -.75, .5 - (1 + 0)/2 = 0.
+    # {3}: no other member -> 0 ("zero"), 3 ("raw").  Masked row (NaN) -> 0.
+    r = jnp.array([1.0, 0.0, 0.5, 3.0, jnp.nan])
+    ids = jnp.array([4, 4, 4, 8, 4])
+    mask = jnp.array([True, True, True, True, False])
+    np.testing.assert_allclose(credax.rloo_advantages(r, ids, mask), [0.75, -0.75, 0, 0, 0])
+    np.testing.assert_allclose(credax.rloo_advantages(r, ids, mask, singleton="raw"),
+                               [0.75, -0.75, 0, 3, 0])
+
+
+def test_gdpo_golden():
+    # One group, rewards (0,2) (0,1) (1,0) (1,1).
+    # column 0 {0,0,1,1}: μ .5, σ = sqrt(4 × .25 / 3) = .57735 -> -.86603 -.86603 .86603 .86603
+    # column 1 {2,1,0,1}: μ 1,  σ = sqrt((1 + 0 + 1 + 0) / 3) = .81650 -> 1.22474 0 -1.22474 0
+    # weights (1, 1): .35871 -.86603 -.35871 .86603 — (0,2) and (0,1) stay apart, and (0,1),
+    # (1,0), whose sums are equal, get different advantages.
+    r = jnp.array([[0.0, 2.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    ids = jnp.zeros(4, jnp.int32)
+    c0 = [-0.5 / math.sqrt(1 / 3), -0.5 / math.sqrt(1 / 3), 0.5 / math.sqrt(1 / 3),
+          0.5 / math.sqrt(1 / 3)]
+    c1 = [1 / math.sqrt(2 / 3), 0.0, -1 / math.sqrt(2 / 3), 0.0]
+    out = credax.gdpo_advantages(r, ids, weights=jnp.ones(2), eps=0.0)
+    np.testing.assert_allclose(out, np.add(c0, c1), atol=1e-6)
+    # weights (2, .5)
+    out = credax.gdpo_advantages(r, ids, weights=jnp.array([2.0, 0.5]), eps=0.0)
+    np.testing.assert_allclose(out, 2 * np.array(c0) + 0.5 * np.array(c1), atol=1e-6)
+    # summing first (GRPO on r0 + r1 = 2 1 1 2) collapses (0,1) and (1,0): gdpo does not.
+    summed = credax.grpo_advantages(r.sum(axis=1), ids, eps=0.0)
+    assert float(summed[1]) == float(summed[2])
+    assert abs(float(out[1]) - float(out[2])) > 0.5
+
+
+def test_degenerate_groups_golden():
+    # {1, 0}: spread; {.35, .35}: no spread; {2}: single; {5, NaN(masked)}: single valid member;
+    # masked rows are False.
+    r = jnp.array([1.0, 0.0, 0.35, 0.35, 2.0, 5.0, jnp.nan])
+    ids = jnp.array([0, 0, 1, 1, 2, 3, 3])
+    mask = jnp.array([True] * 6 + [False])
+    np.testing.assert_array_equal(credax.degenerate_groups(r, ids, mask),
+                                  [False, False, True, True, True, True, False])
+    assert credax.degenerate_groups(r, ids, mask).dtype == jnp.bool_
+
+
+# --------------------------------------------------------------------------------------------
+# Reference comparison and identities
+# --------------------------------------------------------------------------------------------
+
+
+GRPO_OPTIONS = [dict(p) for p in PRESETS.values()] + [
+    dict(eps_mode="sqrt", ddof=0, singleton="center"),
+    dict(leave_one_out=True, scale="batch"),
+    dict(center=False, eps=1e-3),
+    dict(ddof=2, singleton="raw", leave_one_out=True),
+]
+GDPO_OPTIONS = [{}, dict(presets.TRL), dict(scale=False), dict(presets.VERL)]
+
+
+def _estimators(w):
+    """Every outcome estimator under several option sets: functions of (r, rc, g, mask)."""
+    fns = [lambda r, rc, g, m, o=o: credax.grpo_advantages(r, g, m, **o) for o in GRPO_OPTIONS]
+    fns += [lambda r, rc, g, m, s=s: credax.rloo_advantages(r, g, m, singleton=s)
+            for s in ("zero", "raw", "center")]
+    fns += [lambda r, rc, g, m, o=o: credax.gdpo_advantages(rc, g, m, weights=w, **o)
+            for o in GDPO_OPTIONS]
+    fns.append(lambda r, rc, g, m: credax.degenerate_groups(r, g, m))
+    return fns
+
+
+@jax.jit
+def _outcome_all(r, rc, g, mask, w):
+    """All of them in one compiled program (XLA's per-program overhead dominates here)."""
+    return [f(r, rc, g, mask) for f in _estimators(w)]
+
+
+def _references(r, rc, ids, mask, w):
+    exp = [ref.grpo_advantages(r, ids, mask, **o) for o in GRPO_OPTIONS]
+    exp += [ref.rloo_advantages(r, ids, mask, singleton=s) for s in ("zero", "raw", "center")]
+    exp += [ref.gdpo_advantages(rc, ids, mask, weights=w, **o) for o in GDPO_OPTIONS]
+    exp.append(ref.degenerate_groups(r, ids, mask))
+    return exp
+
+
+NAMES = ([f"grpo{o}" for o in GRPO_OPTIONS] + ["rloo-zero", "rloo-raw", "rloo-center"]
+         + [f"gdpo{o}" for o in GDPO_OPTIONS] + ["degenerate"])
+
+
+def test_outcome_estimators_match_reference():
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        r, ids, mask = random_batch(rng, 17)
+        rc, _, _ = random_batch(rng, 17, 3)
+        rc = np.where(mask[:, None], np.nan_to_num(rc, nan=0.5, posinf=0.5, neginf=0.5), np.nan)
+        rc = rc.astype(np.float32)
+        w = rng.normal(size=3).astype(np.float32)
+        got = _outcome_all(r, rc, credax.groups(ids), mask, w)
+        for name, a, e in zip(NAMES, got, _references(r, rc, ids, mask, w), strict=True):
+            if name == "degenerate":
+                np.testing.assert_array_equal(a, e)
+            else:
+                assert_close(a, e, err_msg=name)
+                assert np.all(np.asarray(a)[~mask] == 0.0), name
+    # and through the public wrappers with raw ids
+    assert_close(credax.grpo_advantages(r, ids, mask), ref.grpo_advantages(r, ids, mask))
+    assert_close(credax.rloo_advantages(r, ids, mask), ref.rloo_advantages(r, ids, mask))
+    assert_close(credax.gdpo_advantages(rc, ids, mask, weights=w),
+                 ref.gdpo_advantages(rc, ids, mask, weights=w))
+    np.testing.assert_array_equal(credax.degenerate_groups(r, ids, mask),
+                                  ref.degenerate_groups(r, ids, mask))
+
+
+@jax.jit
+def _identity_terms(r, rc, g, mask):
+    t = {}
+    t["grpo"] = [credax.grpo_advantages(r, g, mask, **o) for o in GRPO_OPTIONS[:3]]
+    t["normalize"] = [credax.group_normalize(r, g, mask, **o) for o in GRPO_OPTIONS[:3]]
+    t["rloo"] = credax.rloo_advantages(r, g, mask)
+    t["loo"] = credax.grpo_advantages(r, g, mask, scale=False, leave_one_out=True)
+    t["drgrpo"] = credax.grpo_advantages(r, g, mask, scale=False)
+    t["gdpo1"] = credax.gdpo_advantages(rc[:, :1], g, mask, weights=jnp.ones(1))
+    t["grpo0"] = credax.grpo_advantages(rc[:, 0], g, mask)
+    w1, w2 = jnp.array([0.3, -1.0]), jnp.array([2.0, 0.25])
+    t["gdpo_sum"] = credax.gdpo_advantages(rc, g, mask, weights=w1 + w2)
+    t["gdpo_parts"] = (credax.gdpo_advantages(rc, g, mask, weights=w1)
+                       + credax.gdpo_advantages(rc, g, mask, weights=w2))
+    t["degenerate"] = credax.degenerate_groups(r, g, mask)
+    t["centred"] = [credax.grpo_advantages(r, g, mask, **o)
+                    for o in (presets.TRL, presets.TRL_BATCH, presets.TRL_NONE, {})]
+    return t
+
+
+def test_identities_between_estimators():
+    rng = np.random.default_rng(1)
+    r, ids, mask = random_batch(rng, 16)
+    rc = np.where(mask[:, None], rng.normal(size=(16, 2)), np.nan).astype(np.float32)
+    t = _identity_terms(r, rc, credax.groups(ids), mask)
+    # GRPO is group_normalize of a [B] reward.
+    for a, b in zip(t["grpo"], t["normalize"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    # RLOO is leave-one-out centring without std, and n/(n-1) times Dr. GRPO.
+    assert_close(t["rloo"], t["loo"], rtol=1e-6, atol=1e-7)
+    n = ref.group_count(ids, mask).astype(np.float64)
+    drgrpo = np.asarray(t["drgrpo"], np.float64)
+    assert_close(t["rloo"], np.where(n > 1, drgrpo * n / np.maximum(n - 1, 1), 0.0), rtol=1e-5,
+                 atol=1e-6)
+    # GDPO with one component and weight 1 is GRPO; it is linear in the weights.
+    np.testing.assert_allclose(t["gdpo1"], t["grpo0"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(t["gdpo_sum"], t["gdpo_parts"], rtol=1e-5, atol=1e-6)
+    # Where degenerate_groups is true, centred GRPO is exactly 0.
+    degenerate = np.asarray(t["degenerate"])
+    assert degenerate.any()
+    for out in t["centred"]:
+        assert np.all(np.asarray(out)[degenerate] == 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def outcome_cases(draw, b=8):
+    pool = draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=4, unique=True))
+    ids = np.array(draw(st.lists(st.sampled_from(pool), min_size=b, max_size=b)))
+    value = st.one_of(st.sampled_from(NICE), st.integers(-16, 16).map(lambda v: v / 4))
+    r = np.array(draw(st.lists(value, min_size=b, max_size=b)))
+    rc = np.array(draw(st.lists(value, min_size=2 * b, max_size=2 * b))).reshape(b, 2)
+    if draw(st.booleans()):
+        r[ids == ids[-1]] = draw(st.sampled_from((0.35, 1 / 3, 0.95)))
+        rc[ids == ids[-1], 1] = 0.95
+    mask = np.array(draw(st.lists(st.booleans(), min_size=b, max_size=b)))
+    garbage = draw(st.sampled_from(GARBAGE))
+    r = np.where(mask, r, garbage).astype(np.float32)
+    rc = np.where(mask[:, None], rc, garbage).astype(np.float32)
+    return r, rc, ids, mask
+
+
+W = np.array([1.0, 0.5], np.float32)
+
+
+def _outs(r, rc, ids, mask):
+    g = ids if isinstance(ids, credax.Groups) else credax.groups(ids)
+    return [np.asarray(o, np.float64) for o in _outcome_all(r, rc, g, mask, W)]
+
+
+@given(case=outcome_cases(), seed=st.integers(0, 999))
+def test_permutation_equivariance(case, seed):
+    r, rc, ids, mask = case
+    perm = np.random.default_rng(seed).permutation(r.shape[0])
+    base = _outs(r, rc, ids, mask)
+    moved = _outs(r[perm], rc[perm], ids[perm], mask[perm])
+    for name, a, b in zip(NAMES, base, moved, strict=True):
+        assert_close(b, a[perm], err_msg=name)
+
+
+@given(case=outcome_cases(), garbage=st.sampled_from(GARBAGE))
+def test_padding_invariance(case, garbage):
+    r, rc, ids, mask = case
+    rp = np.concatenate([r, np.full(3, garbage, np.float32)])
+    rcp = np.concatenate([rc, np.full((3, 2), garbage, np.float32)])
+    idp = np.concatenate([ids, ids[:3]])
+    mp = np.concatenate([mask, np.zeros(3, bool)])
+    base = _outs(r, rc, ids, mask)
+    padded = _outs(rp, rcp, idp, mp)
+    for name, a, p in zip(NAMES, base, padded, strict=True):
+        assert_close(p[:8], a, err_msg=name)
+        assert np.all(p[8:] == 0), name
+
+
+@jax.jit
+def _outcome_grads(r, rc, g, mask, w):
+    fns = [functools.partial(credax.grpo_advantages, **o) for o in GRPO_OPTIONS]
+    fns += [credax.rloo_advantages]
+    grads = [jax.grad(lambda v, f=f: jnp.sum(jnp.arange(8.0) * f(v, g, mask)))(r) for f in fns]
+    gd = [jax.grad(lambda v, o=o: jnp.sum(jnp.arange(8.0) * credax.gdpo_advantages(
+        v, g, mask, weights=w, **o)))(rc) for o in GDPO_OPTIONS]
+    wg = jax.grad(lambda ww: jnp.sum(credax.gdpo_advantages(rc, g, mask, weights=ww)))(w)
+    return grads + gd + [wg]
+
+
+@given(case=outcome_cases(), garbage=st.sampled_from(GARBAGE))
+def test_masked_values_change_neither_outputs_nor_gradients(case, garbage):
+    r, rc, ids, mask = case
+    g = credax.groups(ids)
+    r2 = np.where(mask, r, garbage).astype(np.float32)
+    rc2 = np.where(mask[:, None], rc, garbage).astype(np.float32)
+    for name, a, b in zip(NAMES, _outs(r, rc, g, mask), _outs(r2, rc2, g, mask), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    grads = _outcome_grads(r, rc, g, mask, W)
+    for a, b in zip(grads, _outcome_grads(r2, rc2, g, mask, W), strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert np.all(np.isfinite(a))
+    for a in grads[:-1]:
+        assert np.all(np.asarray(a)[~mask] == 0.0)
+
+
+@given(value=st.sampled_from((0.35, 1 / 3, 0.95, 1e4 + 0.35)), size=st.integers(2, 8),
+       eps=st.sampled_from((0.0, 1e-6, 1e-4)))
+def test_constant_groups_exactly_zero(value, size, eps):
+    r = np.concatenate([np.full(size, value), np.linspace(0, 1, 8 - size)]).astype(np.float32)
+    rc = np.stack([r, r[::-1]], axis=1)
+    ids = np.array([5] * size + [6] * (8 - size))
+    mask = np.ones(8, bool)
+    outs = _outcome_all(r, rc, credax.groups(ids), mask, W)
+    for name, o, opts in zip(NAMES, outs, GRPO_OPTIONS + [{}] * 3, strict=False):
+        if opts.get("singleton") == "raw" and opts.get("ddof", 1) >= size:
+            continue  # ddof turns the set into a singleton set; "raw" keeps x by contract
+        if opts.get("center", True):
+            assert np.all(np.asarray(o)[:size] == 0.0), name
+    assert np.all(np.asarray(outs[-1])[:size])  # degenerate
+    # eps traced through the public function too
+    assert np.all(np.asarray(credax.grpo_advantages(r, ids, eps=eps))[:size] == 0.0)
+
+
+@given(case=outcome_cases(), which=st.integers(0, len(NAMES) - 1))
+def test_jit_equals_eager(case, which):
+    r, rc, ids, mask = case
+    jitted = _outs(r, rc, ids, mask)[which]
+    with jax.disable_jit():
+        eager = np.asarray(_estimators(W)[which](r, rc, ids, mask), np.float64)
+    np.testing.assert_allclose(jitted, eager, rtol=1e-5, atol=1e-6)
+
+
+@jax.jit
+def _vmapped(rs, rcs, idss, ms):
+    return [
+        jax.vmap(credax.grpo_advantages)(rs, idss, ms),
+        jax.vmap(lambda *a: credax.grpo_advantages(*a, **presets.TRL_BATCH))(rs, idss, ms),
+        jax.vmap(credax.rloo_advantages)(rs, idss, ms),
+        jax.vmap(lambda a, i, m: credax.gdpo_advantages(a, i, m, weights=W))(rcs, idss, ms),
+        jax.vmap(credax.degenerate_groups)(rs, idss, ms),
+    ]
+
+
+@given(cases=st.lists(outcome_cases(), min_size=3, max_size=3))
+def test_vmap_over_extra_axis_equals_loop(cases):
+    rs, rcs, idss, ms = (np.stack(a) for a in zip(*cases, strict=True))
+    outs = _vmapped(rs, rcs, idss, ms)
+    for i in range(3):
+        loop = [credax.grpo_advantages(rs[i], idss[i], ms[i]),
+                credax.grpo_advantages(rs[i], idss[i], ms[i], **presets.TRL_BATCH),
+                credax.rloo_advantages(rs[i], idss[i], ms[i]),
+                credax.gdpo_advantages(rcs[i], idss[i], ms[i], weights=W),
+                credax.degenerate_groups(rs[i], idss[i], ms[i])]
+        for a, b in zip(outs, loop, strict=True):
+            np.testing.assert_allclose(np.asarray(a[i], np.float64), np.asarray(b, np.float64),
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_finite_on_degenerate_batches():
+    # All singletons, all constant, all masked, eps = 0.
+    g = credax.groups(np.arange(8))
+    for r, mask in [(np.arange(8, dtype=np.float32), np.ones(8, bool)),
+                    (np.full(8, 0.35, np.float32), np.ones(8, bool)),
+                    (np.full(8, np.nan, np.float32), np.zeros(8, bool))]:
+        for gg in (g, credax.groups(np.zeros(8, np.int32))):
+            rc = np.stack([r, r], axis=1)
+            for grad in _outcome_grads(r, rc, gg, mask, W):
+                assert np.all(np.isfinite(grad))
+
+
+def test_compiles_once():
+    rng = np.random.default_rng(0)
+    b = 29  # a batch size no other test uses
+    ids = rng.integers(0, 6, size=b)
+    calls = {
+        credax.grpo_advantages: lambda r, i, e, w: credax.grpo_advantages(r, i, eps=e),
+        credax.rloo_advantages: lambda r, i, e, w: credax.rloo_advantages(r, i),
+        credax.gdpo_advantages: lambda r, i, e, w: credax.gdpo_advantages(
+            np.stack([r, -r], 1), i, weights=w, eps=e),
+        credax.degenerate_groups: lambda r, i, e, w: credax.degenerate_groups(r, i),
+    }
+    for fn, call in calls.items():
+        before = fn.jitted._cache_size()
+        call(rng.normal(size=b).astype(np.float32), ids, 1e-6, np.ones(2, np.float32))
+        first = fn.jitted._cache_size()
+        assert first - before <= 1
+        call(rng.normal(size=b).astype(np.float32), rng.integers(-50, 50, size=b), 1e-4,
+             np.array([0.5, 2.0], np.float32))
+        call(rng.normal(size=b).astype(np.float32), credax.groups(ids), 0.0,
+             np.array([3.0, 2.0], np.float32))
+        assert fn.jitted._cache_size() == first, fn.__name__
+
+
+# --------------------------------------------------------------------------------------------
+# dtypes and argument checks
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_low_precision_rewards(dtype):
+    r = jnp.asarray(TRL_REWARDS, dtype)
+    out = credax.grpo_advantages(r, TRL_IDS, **presets.TRL)
+    assert out.dtype == dtype
+    up = credax.grpo_advantages(r.astype(jnp.float32), TRL_IDS, **presets.TRL).astype(dtype)
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(up, np.float32))
+    np.testing.assert_allclose(np.asarray(out, np.float64), _trl_expected("group"), rtol=2e-2,
+                               atol=2e-2)
+    assert credax.rloo_advantages(r, TRL_IDS).dtype == dtype
+    assert credax.gdpo_advantages(jnp.stack([r, r], 1), TRL_IDS,
+                                  weights=jnp.ones(2, dtype)).dtype == dtype
+
+
+def test_integer_rewards_and_float64():
+    out = credax.grpo_advantages(np.array([1, 0, 1, 1]), np.array([0, 0, 1, 1]), eps=0.0)
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(out, [1 / math.sqrt(2), -1 / math.sqrt(2), 0, 0], atol=1e-6)
+    with jax.enable_x64(True):
+        r = np.array([1.0, 0.5, 0.0, 0.7, 0.5, 0.5])  # float64
+        out = credax.grpo_advantages(r, VERL_IDS, **presets.VERL)
+        assert out.dtype == jnp.float64
+        # singleton raw .7 vs verl's .7/(1 + 1e-6): the one documented 1e-6 relative difference
+        np.testing.assert_allclose(out, [0.5 / 0.500001, 0, -0.5 / 0.500001, 0.7, 0, 0],
+                                   rtol=1e-12, atol=1e-15)
+        assert credax.rloo_advantages(r, VERL_IDS).dtype == jnp.float64
+        rc = np.stack([r, r[::-1]], 1)
+        np.testing.assert_allclose(credax.gdpo_advantages(rc, VERL_IDS, weights=np.ones(2)),
+                                   ref.gdpo_advantages(rc, VERL_IDS, weights=np.ones(2)),
+                                   rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: credax.grpo_advantages(np.ones((4, 2)), np.zeros(4, int)), ValueError, "rewards"),
+        (lambda: credax.rloo_advantages(np.ones((4, 2)), np.zeros(4, int)), ValueError, "rewards"),
+        (lambda: credax.degenerate_groups(np.ones((4, 2)), np.zeros(4, int)), ValueError,
+         "rewards"),
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(3, int)), ValueError, "rewards"),
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int), np.ones(4)), TypeError,
+         "mask"),
+        (lambda: credax.rloo_advantages(np.ones(4), np.zeros(4, int), np.ones(3, bool)),
+         ValueError, "mask"),
+        (lambda: credax.rloo_advantages(np.ones(4), np.zeros(4, int), singleton="drop"),
+         ValueError, "singleton"),
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4)), TypeError, "group_ids"),
+        (lambda: credax.gdpo_advantages(np.ones(4), np.zeros(4, int), weights=np.ones(1)),
+         ValueError, "rewards"),
+        (lambda: credax.gdpo_advantages(np.ones((4, 2)), np.zeros(4, int), weights=np.ones(3)),
+         ValueError, "weights"),
+        (lambda: credax.gdpo_advantages(np.ones((4, 2)), np.zeros(4, int), np.ones((4, 2), bool),
+                                        weights=np.ones(2)), ValueError, "mask"),
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int), eps_mode="x"), ValueError,
+         "eps_mode"),
+    ],
+)
+def test_argument_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_argument_errors_under_jit():
+    with pytest.raises(ValueError, match="rewards"):
+        jax.jit(lambda r: credax.grpo_advantages(r, jnp.zeros(4, jnp.int32)))(jnp.ones((4, 2)))
+    with pytest.raises(ValueError, match="weights"):
+        jax.jit(lambda w: credax.gdpo_advantages(jnp.ones((4, 2)), jnp.zeros(4, jnp.int32),
+                                                 weights=w))(jnp.ones(3))

@@ -1,0 +1,448 @@
+"""Tests of the turn-space tools: best_prior, future_best, discount_weights, discounted_returns,
+broadcast_to_tokens, turn_surprisal (SPEC §3).
+
+Ground truth: the NumPy loops of ``tests/reference/groups.py``, hand-worked goldens, hypothesis
+properties. Every function must treat masked turns as absent whatever they hold (NaN, inf), also
+for masks that are not prefixes (validate_turns rejects those, the math must not care).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from reference import groups as ref
+
+import credax
+
+GARBAGE = (math.nan, math.inf, -math.inf, 1e30)
+B, K, T = 4, 5, 12  # the property tests' shapes (one compiled program per function)
+
+
+def assert_close(actual, expected, rtol=1e-5, atol=1e-6, err_msg=""):
+    np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=rtol, atol=atol,
+                               err_msg=err_msg)
+
+
+# --------------------------------------------------------------------------------------------
+# Golden cases
+# --------------------------------------------------------------------------------------------
+
+
+def test_best_prior_golden():
+    # m_0 = initial = 0; m_1 = max(0, 0) = 0; m_2 = max(0, 0, .5) = .5; turn 3 padded -> 0.
+    s = jnp.array([[0.0, 0.5, 1.0, 0.5]])
+    mask = jnp.array([[True, True, True, False]])
+    np.testing.assert_array_equal(credax.best_prior(s, mask), [[0.0, 0.0, 0.5, 0.0]])
+    # initial .7 dominates every earlier score here: [.7, .7, .7, 0].
+    np.testing.assert_allclose(credax.best_prior(s, mask, initial=0.7), [[0.7, 0.7, 0.7, 0.0]])
+    # A masked NaN in the middle (not a prefix mask) is absent: m = [0, 0(pad), .2, .9].
+    s = jnp.array([[0.2, jnp.nan, 0.9, 0.1]])
+    mask = jnp.array([[True, False, True, True]])
+    np.testing.assert_allclose(credax.best_prior(s, mask), [[0.0, 0.0, 0.2, 0.9]])
+    # initial below every score: m_0 = -1, then the running max.
+    np.testing.assert_allclose(credax.best_prior(jnp.array([[0.3, 0.1, 0.4]]), jnp.ones((1, 3), bool),
+                                                 initial=-1.0), [[-1.0, 0.3, 0.3]])
+
+
+def test_future_best_golden():
+    # u_k = max_{t >= k}: [max(0, .5, .2), max(.5, .2), .2] = [.5, .5, .2]
+    np.testing.assert_allclose(
+        credax.future_best(jnp.array([[0.0, 0.5, 0.2]]), jnp.ones((1, 3), bool)), [[0.5, 0.5, 0.2]])
+    # masked inf at turn 2 is absent: [max(.1, .3), .3, 0(pad), 0(pad)]
+    np.testing.assert_allclose(
+        credax.future_best(jnp.array([[0.1, 0.3, jnp.inf, -jnp.inf]]),
+                           jnp.array([[True, True, False, False]])), [[0.3, 0.3, 0.0, 0.0]])
+
+
+def test_discounts_golden():
+    np.testing.assert_allclose(credax.discount_weights(4, 0.5), [1.0, 0.5, 0.25, 0.125])
+    np.testing.assert_array_equal(credax.discount_weights(3, 0.0), [1.0, 0.0, 0.0])  # 0^0 = 1
+    np.testing.assert_array_equal(credax.discount_weights(3, 1.0), [1.0, 1.0, 1.0])
+    assert credax.discount_weights(0, 0.9).shape == (0,)
+    assert credax.discount_weights(4, 0.5).dtype == jnp.float32
+    # G_2 = 1; G_1 = 1 + .5 × 1 = 1.5; G_0 = 0 + .5 × 1.5 = .75
+    mask = jnp.ones((1, 3), bool)
+    np.testing.assert_allclose(credax.discounted_returns(jnp.array([[0.0, 1.0, 1.0]]), mask,
+                                                         gamma=0.5), [[0.75, 1.5, 1.0]])
+    # masked NaN in the middle: G_2 = 2, G_1 = 0 (pad), G_0 = 1 + .5² × 2 = 1.5
+    r = jnp.array([[1.0, jnp.nan, 2.0]])
+    np.testing.assert_allclose(
+        credax.discounted_returns(r, jnp.array([[True, False, True]]), gamma=0.5),
+        [[1.5, 0.0, 2.0]])
+    # γ = 0 returns the rewards; γ = 1 the plain reward-to-go.
+    r = jnp.array([[0.35, 1 / 3, 0.95]])
+    np.testing.assert_array_equal(credax.discounted_returns(r, mask, gamma=0.0), r)
+    np.testing.assert_allclose(credax.discounted_returns(r, mask, gamma=1.0),
+                               [[0.35 + 1 / 3 + 0.95, 1 / 3 + 0.95, 0.95]], rtol=1e-6)
+
+
+def test_broadcast_and_surprisal_golden():
+    out = credax.broadcast_to_tokens(jnp.array([[0.5, -1.0]]), jnp.array([[-1, 0, 0, -1, 1, -1]]))
+    np.testing.assert_array_equal(out, [[0.0, 0.5, 0.5, 0.0, -1.0, 0.0]])
+    # turn 0: tokens p = .5, .25 -> mean(ln 2, ln 4) = 1.5 ln 2 = 1.03972; sum 3 ln 2 = 2.07944
+    # turn 1: p = .5 -> ln 2; turn 2: no token -> 0; the -1 token (p = 1, or NaN) is ignored.
+    tt = jnp.array([[0, 0, -1, 1]])
+    for ignored in (0.0, jnp.nan):
+        lp = jnp.array([[math.log(0.5), math.log(0.25), ignored, math.log(0.5)]])
+        np.testing.assert_allclose(credax.turn_surprisal(lp, tt, num_turns=3),
+                                   [[1.5 * math.log(2), math.log(2), 0.0]], rtol=1e-6)
+        np.testing.assert_allclose(credax.turn_surprisal(lp, tt, num_turns=3, reduce="sum"),
+                                   [[3 * math.log(2), math.log(2), 0.0]], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# Strategy, one compiled program, reference comparison
+# --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def turn_cases(draw, b=B, k=K, t=T):
+    score = st.one_of(st.sampled_from((0.0, 0.35, 1 / 3, 0.95, 1.0)),
+                      st.integers(0, 20).map(lambda v: v / 20))
+    s = np.array(draw(st.lists(score, min_size=b * k, max_size=b * k))).reshape(b, k)
+    if draw(st.booleans()):  # prefix masks (validated data), lengths 0..K (0 = all-masked row)
+        lengths = draw(st.lists(st.integers(0, k), min_size=b, max_size=b))
+        mask = np.arange(k)[None, :] < np.array(lengths)[:, None]
+    else:  # any mask: the math must treat masked turns as absent anyway
+        mask = np.array(draw(st.lists(st.booleans(), min_size=b * k, max_size=b * k)))
+        mask = mask.reshape(b, k)
+    garbage = draw(st.sampled_from(GARBAGE))
+    s = np.where(mask, s, garbage).astype(np.float32)
+    # token_turn points at valid turns or is -1; log-probs garbage at -1 tokens.
+    tt = np.full((b, t), -1, np.int32)
+    for row in range(b):
+        valid = np.flatnonzero(mask[row])
+        if valid.size:
+            picks = draw(st.lists(st.integers(-1, valid.size - 1), min_size=t, max_size=t))
+            tt[row] = [-1 if p < 0 else valid[p] for p in picks]
+    lp = -np.array(draw(st.lists(st.integers(0, 40).map(lambda v: v / 8), min_size=b * t,
+                                 max_size=b * t))).reshape(b, t)
+    lp = np.where(tt >= 0, lp, garbage).astype(np.float32)
+    initial = draw(st.sampled_from((0.0, 0.5, -1.0)))
+    gamma = draw(st.sampled_from((0.0, 0.5, 0.95, 1.0)))
+    return s, mask, lp, tt, initial, gamma
+
+
+NAMES = ["best_prior", "future_best", "discounted_returns", "broadcast_to_tokens",
+         "turn_surprisal", "turn_surprisal_sum"]
+
+
+def _all_fns(s, mask, lp, tt, initial, gamma):
+    k = s.shape[1]
+    # broadcast a padded-zero version: turn values are outputs of credax functions, 0 at padding
+    values = jnp.where(mask, s, 0.0)
+    return [
+        lambda: credax.best_prior(s, mask, initial=initial),
+        lambda: credax.future_best(s, mask),
+        lambda: credax.discounted_returns(s, mask, gamma=gamma),
+        lambda: credax.broadcast_to_tokens(values, tt),
+        lambda: credax.turn_surprisal(lp, tt, num_turns=k),
+        lambda: credax.turn_surprisal(lp, tt, num_turns=k, reduce="sum"),
+    ]
+
+
+@jax.jit
+def _turn_all(s, mask, lp, tt, initial, gamma):
+    return [f() for f in _all_fns(s, mask, lp, tt, initial, gamma)]
+
+
+def turn_outputs(case):
+    return [np.asarray(o, np.float64) for o in _turn_all(*case)]
+
+
+def turn_references(s, mask, lp, tt, initial, gamma):
+    return [
+        ref.best_prior(s, mask, initial=initial),
+        ref.future_best(s, mask),
+        ref.discounted_returns(s, mask, gamma=gamma),
+        ref.broadcast_to_tokens(np.where(mask, s, 0.0), tt),
+        ref.turn_surprisal(lp, tt, num_turns=s.shape[1]),
+        ref.turn_surprisal(lp, tt, num_turns=s.shape[1], reduce="sum"),
+    ]
+
+
+@given(case=turn_cases())
+def test_match_reference(case):
+    for name, got, exp in zip(NAMES, turn_outputs(case), turn_references(*case), strict=True):
+        assert_close(got, exp, err_msg=name)
+    mask = case[1]
+    for got in turn_outputs(case)[:3]:
+        assert np.all(got[~mask] == 0.0)
+
+
+def test_match_reference_larger_and_public_wrappers():
+    rng = np.random.default_rng(0)
+    b, k, t = 6, 9, 40
+    for trial in range(3):
+        lengths = rng.integers(0 if trial else 1, k + 1, size=b)
+        mask = np.arange(k)[None, :] < lengths[:, None]
+        if trial == 2:
+            mask = rng.random((b, k)) < 0.6
+        s = np.where(mask, rng.random((b, k)), np.nan).astype(np.float32)
+        tt = np.full((b, t), -1, np.int32)
+        for row in range(b):
+            valid = np.flatnonzero(mask[row])
+            if valid.size:
+                tt[row] = np.where(rng.random(t) < 0.7, rng.choice(valid, size=t), -1)
+        lp = np.where(tt >= 0, -rng.exponential(size=(b, t)), np.nan).astype(np.float32)
+        case = (s, mask, lp, tt, float(rng.random()), float(rng.choice([0.9, 0.99])))
+        for name, got, exp in zip(NAMES, [f() for f in _all_fns(*case)], turn_references(*case),
+                                  strict=True):
+            assert_close(got, exp, err_msg=name)
+    for gamma in (0.0, 0.5, 0.95, 1.0):
+        assert_close(credax.discount_weights(7, gamma), ref.discount_weights(7, gamma))
+
+
+def test_long_horizon_returns_are_stable():
+    # K = 1000, γ = .999: a reverse scan, no γ^{-k}; compared with the float64 loop.
+    rng = np.random.default_rng(1)
+    r = rng.random((1, 1000)).astype(np.float32)
+    mask = np.ones((1, 1000), bool)
+    mask[0, 900:] = False
+    for gamma in (0.999, 0.5):
+        got = credax.discounted_returns(r, mask, gamma=gamma)
+        assert np.all(np.isfinite(got))
+        assert_close(got, ref.discounted_returns(r, mask, gamma=gamma), rtol=1e-4, atol=1e-5)
+    w = credax.discount_weights(5000, 0.9)
+    assert np.all(np.isfinite(w)) and float(w[-1]) == 0.0  # underflows to 0, never NaN
+
+
+# --------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------
+
+
+@given(case=turn_cases(), garbage=st.sampled_from(GARBAGE))
+def test_padding_invariance_turns_tokens_and_rows(case, garbage):
+    s, mask, lp, tt, initial, gamma = case
+    base = turn_outputs(case)
+    # two masked turns and three ignored tokens appended to every row, holding garbage
+    sp = np.concatenate([s, np.full((B, 2), garbage, np.float32)], axis=1)
+    mp = np.concatenate([mask, np.zeros((B, 2), bool)], axis=1)
+    lpp = np.concatenate([lp, np.full((B, 3), garbage, np.float32)], axis=1)
+    ttp = np.concatenate([tt, np.full((B, 3), -1, np.int32)], axis=1)
+    padded = turn_outputs((sp, mp, lpp, ttp, initial, gamma))
+    for name, a, p in zip(NAMES, base, padded, strict=True):
+        if name == "broadcast_to_tokens":
+            assert_close(p[:, :T], a, err_msg=name)
+            assert np.all(p[:, T:] == 0.0)
+        else:
+            np.testing.assert_array_equal(p[:, :K], a, err_msg=name)
+            assert np.all(p[:, K:] == 0.0), name
+    # an appended all-masked row
+    sr = np.concatenate([s, np.full((1, K), garbage, np.float32)])
+    mr = np.concatenate([mask, np.zeros((1, K), bool)])
+    lpr = np.concatenate([lp, np.full((1, T), garbage, np.float32)])
+    ttr = np.concatenate([tt, np.full((1, T), -1, np.int32)])
+    rows = turn_outputs((sr, mr, lpr, ttr, initial, gamma))
+    for name, a, p in zip(NAMES, base, rows, strict=True):
+        np.testing.assert_array_equal(p[:B], a, err_msg=name)
+        assert np.all(p[B:] == 0.0), name
+
+
+@given(case=turn_cases(), seed=st.integers(0, 999))
+def test_row_permutation_equivariance(case, seed):
+    s, mask, lp, tt, initial, gamma = case
+    perm = np.random.default_rng(seed).permutation(B)
+    base = turn_outputs(case)
+    moved = turn_outputs((s[perm], mask[perm], lp[perm], tt[perm], initial, gamma))
+    for name, a, b in zip(NAMES, base, moved, strict=True):
+        np.testing.assert_array_equal(b, a[perm], err_msg=name)
+
+
+@jax.jit
+def _turn_grads(s, mask, lp, tt, initial, gamma):
+    w = jnp.linspace(-1.0, 2.0, s.size, dtype=jnp.float32).reshape(s.shape)
+    wt = jnp.linspace(-1.0, 2.0, lp.size, dtype=jnp.float32).reshape(lp.shape)
+    k = s.shape[1]
+    return [
+        jax.grad(lambda v: jnp.sum(w * credax.best_prior(v, mask, initial=initial)))(s),
+        jax.grad(lambda v: jnp.sum(w * credax.future_best(v, mask)))(s),
+        jax.grad(lambda v: jnp.sum(w * credax.discounted_returns(v, mask, gamma=gamma)))(s),
+        jax.grad(lambda g: jnp.sum(credax.discounted_returns(s, mask, gamma=g)))(gamma),
+        jax.grad(lambda v: jnp.sum(wt * credax.broadcast_to_tokens(v, tt)))(s),
+        jax.grad(lambda v: jnp.sum(w * credax.turn_surprisal(v, tt, num_turns=k)))(lp),
+        jax.grad(lambda v: jnp.sum(w * credax.turn_surprisal(v, tt, num_turns=k,
+                                                             reduce="sum")))(lp),
+    ]
+
+
+@given(case=turn_cases(), garbage=st.sampled_from(GARBAGE))
+def test_masked_values_change_neither_outputs_nor_gradients(case, garbage):
+    s, mask, lp, tt, initial, gamma = case
+    s2 = np.where(mask, s, garbage).astype(np.float32)
+    lp2 = np.where(tt >= 0, lp, garbage).astype(np.float32)
+    other = (s2, mask, lp2, tt, initial, gamma)
+    for name, a, b in zip(NAMES, turn_outputs(case), turn_outputs(other), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    g1 = _turn_grads(s, mask, lp, tt, jnp.float32(initial), jnp.float32(gamma))
+    g2 = _turn_grads(s2, mask, lp2, tt, jnp.float32(initial), jnp.float32(gamma))
+    for i, (a, b) in enumerate(zip(g1, g2, strict=True)):
+        np.testing.assert_array_equal(a, b)
+        assert np.all(np.isfinite(a)), i
+    for a in g1[:3]:
+        assert np.all(np.asarray(a)[~mask] == 0.0)
+    for a in g1[5:]:
+        assert np.all(np.asarray(a)[tt < 0] == 0.0)
+
+
+@given(case=turn_cases(), which=st.integers(0, len(NAMES) - 1))
+def test_jit_equals_eager(case, which):
+    jitted = turn_outputs(case)[which]
+    with jax.disable_jit():
+        eager = np.asarray(_all_fns(*case)[which](), np.float64)
+    np.testing.assert_allclose(jitted, eager, rtol=1e-6, atol=1e-7)
+
+
+@jax.jit
+def _vmapped(s, mask, lp, tt, initial, gamma):
+    # an extra leading axis over whole batches; γ and initial batched too
+    return [
+        jax.vmap(lambda a, m, i: credax.best_prior(a, m, initial=i))(s, mask, initial),
+        jax.vmap(credax.future_best)(s, mask),
+        jax.vmap(lambda a, m, g: credax.discounted_returns(a, m, gamma=g))(s, mask, gamma),
+        jax.vmap(credax.broadcast_to_tokens)(jnp.where(mask, s, 0.0), tt),
+        jax.vmap(lambda a, b: credax.turn_surprisal(a, b, num_turns=K))(lp, tt),
+        jax.vmap(lambda a, b: credax.turn_surprisal(a, b, num_turns=K, reduce="sum"))(lp, tt),
+        jax.vmap(lambda g: credax.discount_weights(K, g))(gamma),
+    ]
+
+
+@given(cases=st.lists(turn_cases(), min_size=3, max_size=3))
+def test_vmap_over_extra_axis_equals_loop(cases):
+    stacked = [np.stack(a) for a in zip(*cases, strict=True)]
+    stacked[4] = stacked[4].astype(np.float32)
+    stacked[5] = stacked[5].astype(np.float32)
+    outs = _vmapped(*stacked)
+    for i, case in enumerate(cases):
+        loop = turn_outputs(case) + [np.asarray(credax.discount_weights(K, case[5]))]
+        for name, a, b in zip(NAMES + ["discount_weights"], outs, loop, strict=True):
+            np.testing.assert_allclose(np.asarray(a[i], np.float64), b, rtol=1e-6, atol=1e-7,
+                                       err_msg=name)
+
+
+def test_compiles_once():
+    rng = np.random.default_rng(2)
+    b, k, t = 3, 11, 17  # shapes no other test uses
+    mask = np.arange(k)[None, :] < rng.integers(1, k + 1, size=(b, 1))
+    tt = np.where(rng.random((b, t)) < 0.5, rng.integers(0, 2, size=(b, t)), -1).astype(np.int32)
+    calls = {
+        credax.best_prior: lambda x, v: credax.best_prior(x, mask, initial=v),
+        credax.future_best: lambda x, v: credax.future_best(x, mask),
+        credax.discounted_returns: lambda x, v: credax.discounted_returns(x, mask, gamma=v),
+        credax.broadcast_to_tokens: lambda x, v: credax.broadcast_to_tokens(x, tt),
+        credax.turn_surprisal: lambda x, v: credax.turn_surprisal(
+            -np.abs(x[:, :1]) * np.ones((1, t), np.float32), tt, num_turns=k),
+    }
+    for fn, call in calls.items():
+        before = fn.jitted._cache_size()
+        call(rng.random((b, k)).astype(np.float32), 0.5)
+        first = fn.jitted._cache_size()
+        assert first - before <= 1
+        call(rng.random((b, k)).astype(np.float32), 0.9)  # new values and a new γ / initial
+        call(rng.random((b, k)).astype(np.float32), 0.0)
+        assert fn.jitted._cache_size() == first, fn.__name__
+
+
+# --------------------------------------------------------------------------------------------
+# dtypes and argument checks
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_low_precision_inputs(dtype):
+    rng = np.random.default_rng(3)
+    s = jnp.asarray(rng.random((3, 4)), dtype)
+    mask = jnp.asarray(np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], bool))
+    tt = jnp.array([[0, 1, -1, 3], [1, 1, 0, -1], [0, -1, -1, 0]], jnp.int32)
+    outs = {
+        "best_prior": credax.best_prior(s, mask, initial=0.25),
+        "future_best": credax.future_best(s, mask),
+        "discounted_returns": credax.discounted_returns(s, mask, gamma=0.9),
+        "broadcast_to_tokens": credax.broadcast_to_tokens(s, tt),
+        "turn_surprisal": credax.turn_surprisal(-s, tt, num_turns=4),
+    }
+    ups = {
+        "best_prior": credax.best_prior(s.astype(jnp.float32), mask, initial=0.25),
+        "future_best": credax.future_best(s.astype(jnp.float32), mask),
+        "discounted_returns": credax.discounted_returns(s.astype(jnp.float32), mask, gamma=0.9),
+        "broadcast_to_tokens": credax.broadcast_to_tokens(s.astype(jnp.float32), tt),
+        "turn_surprisal": credax.turn_surprisal(-s.astype(jnp.float32), tt, num_turns=4),
+    }
+    for name, out in outs.items():
+        assert out.dtype == dtype, name
+        # computed in float32, then cast back
+        np.testing.assert_array_equal(np.asarray(out, np.float32),
+                                      np.asarray(ups[name].astype(dtype), np.float32), name)
+
+
+def test_integer_inputs_and_float64():
+    mask = np.ones((1, 3), bool)
+    assert credax.best_prior(np.array([[0, 1, 0]]), mask).dtype == jnp.float32
+    assert credax.discounted_returns(np.array([[0, 1, 1]]), mask, gamma=0.5).dtype == jnp.float32
+    with jax.enable_x64(True):
+        r = np.array([[0.1, 1 / 3, 0.35]])
+        out = credax.discounted_returns(r, mask, gamma=0.95)
+        assert out.dtype == jnp.float64
+        np.testing.assert_allclose(out, ref.discounted_returns(r, mask, gamma=0.95), rtol=1e-14)
+        assert credax.best_prior(r, mask).dtype == jnp.float64
+        assert credax.future_best(r, mask).dtype == jnp.float64
+        assert credax.broadcast_to_tokens(r, np.array([[0, -1, 2]])).dtype == jnp.float64
+        lp = np.log(np.array([[0.5, 0.25, 0.125]]))
+        out = credax.turn_surprisal(lp, np.array([[0, 0, 1]]), num_turns=2)
+        assert out.dtype == jnp.float64
+        np.testing.assert_allclose(out, [[1.5 * math.log(2), 3 * math.log(2)]], rtol=1e-14)
+        assert credax.discount_weights(3, np.float64(0.9)).dtype == jnp.float64
+
+
+S2 = np.zeros((2, 3), np.float32)
+M2 = np.ones((2, 3), bool)
+TT = np.zeros((2, 4), np.int32)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: credax.best_prior(np.zeros(3), np.ones(3, bool)), ValueError, "scores"),
+        (lambda: credax.best_prior(S2, np.ones((2, 3))), TypeError, "turn_mask"),
+        (lambda: credax.future_best(S2, np.ones((2, 4), bool)), ValueError, "turn_mask"),
+        (lambda: credax.future_best(np.full((2, 3), 1j), M2), TypeError, "scores"),
+        (lambda: credax.discounted_returns(np.zeros((2, 3, 1)), M2, gamma=0.9), ValueError,
+         "rewards"),
+        (lambda: credax.discounted_returns(S2, M2, gamma=np.ones(2)), ValueError, "gamma"),
+        (lambda: credax.best_prior(S2, M2, initial=np.ones(2)), ValueError, "initial"),
+        (lambda: credax.broadcast_to_tokens(S2, TT.astype(np.float32)), TypeError, "token_turn"),
+        (lambda: credax.broadcast_to_tokens(S2, np.zeros((3, 4), np.int32)), ValueError,
+         "token_turn"),
+        (lambda: credax.broadcast_to_tokens(np.zeros(3), TT), ValueError, "turn_values"),
+        (lambda: credax.turn_surprisal(np.zeros((2, 5)), TT, num_turns=3), ValueError,
+         "token_turn"),
+        (lambda: credax.turn_surprisal(np.zeros((2, 4)), TT, num_turns=3, reduce="max"),
+         ValueError, "reduce"),
+        (lambda: credax.turn_surprisal(np.zeros((2, 4)), TT, num_turns=0), ValueError,
+         "num_turns"),
+        (lambda: credax.turn_surprisal(np.zeros((2, 4)), TT, num_turns=2.0), TypeError,
+         "num_turns"),
+        (lambda: credax.turn_surprisal(np.zeros(4), TT, num_turns=2), ValueError,
+         "token_logprobs"),
+        (lambda: credax.discount_weights(3.0, 0.9), TypeError, "num_turns"),
+        (lambda: credax.discount_weights(-1, 0.9), ValueError, "num_turns"),
+        (lambda: credax.discount_weights(3, np.ones(2)), ValueError, "gamma"),
+    ],
+)
+def test_argument_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_argument_errors_under_jit():
+    with pytest.raises(TypeError, match="turn_mask"):
+        jax.jit(lambda s, m: credax.best_prior(s, m))(S2, np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match="scores"):
+        jax.jit(lambda s: credax.future_best(s, np.ones(3, bool)))(np.zeros(3, np.float32))
