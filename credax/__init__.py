@@ -1,8 +1,17 @@
 """credax: pure-functional JAX credit assignment for reinforcement learning of LLM agents.
 
-Every public name is re-exported here, one line each; the module that defines it says where the
-math lives (``_groups`` statistics, ``_outcome`` outcome advantages, ``_turns`` turn-space tools,
-``_validate`` eager checks). See SPEC.md for the contract.
+Every public name is re-exported here, one line each. Where the math lives:
+
+* ``_groups``   the one grouping primitive (``groups``, ``group_normalize``, peer statistics)
+* ``_outcome``  one reward per trajectory: GRPO, Dr. GRPO, RLOO, GDPO, degenerate groups
+* ``_turns``    turn-space tools: best prior, future best, discounts, returns, token broadcast
+* ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
+* ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
+* ``_stepwise`` MT-GRPO and GiGPO baselines
+* ``_losses``   token log-probs, KL estimators, aggregation modes, the clipped policy loss
+* ``_validate`` eager input checks; ``_checks`` trace-time argument checks
+* ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
+  explicitly, it needs hypothesis) strategies and invariant checkers for your own credit code.
 """
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
@@ -38,9 +47,9 @@ from ._tcpo import raw_score_credit as raw_score_credit
 from ._tcpo import retrospective_credit as retrospective_credit
 from ._tcpo import select_top_surprisal as select_top_surprisal
 from ._tcpo import tcpo_advantages as tcpo_advantages
+from ._triage import TRIAGE_ROLE_CONSTANTS as TRIAGE_ROLE_CONSTANTS
 from ._triage import Role as Role
 from ._triage import RoleFit as RoleFit
-from ._triage import TRIAGE_ROLE_CONSTANTS as TRIAGE_ROLE_CONSTANTS
 from ._triage import Windows as Windows
 from ._triage import fit_role_constants as fit_role_constants
 from ._triage import judge_windows as judge_windows

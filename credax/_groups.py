@@ -314,7 +314,7 @@ class _Stats(NamedTuple):
     constant: jax.Array  # every valid value identical (exact)
 
 
-def _check_x_and_groups(x, g: Groups, name: str) -> None:
+def check_x_and_groups(x, g: Groups, name: str) -> None:
     idx = g.index
     if idx.ndim != 1:
         raise ValueError(f"`group_ids` must be 1-D, shape [B]; got shape {idx.shape}.")
@@ -347,7 +347,7 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
 
 def prepare(x, g: Groups, mask, name: str = "x"):
     x = _checks.as_float_array(x, name)
-    _check_x_and_groups(x, g, name)
+    check_x_and_groups(x, g, name)
     mask = _checks.as_mask(mask, "mask", x.shape)
     out_dtype = _checks.output_dtype(x.dtype)
     xc = x.astype(_checks.compute_dtype(x.dtype))

@@ -16,10 +16,10 @@ from . import _checks
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
-    prepare,
-    segment_stats,
     jit_public,
     normalize_with_groups,
+    prepare,
+    segment_stats,
 )
 
 

@@ -11,8 +11,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import NORMALIZE_STATIC, Groups, _check_x_and_groups, jit_public, normalize_with_groups
-from ._turns import prepare_turns
+from ._groups import (
+    NORMALIZE_STATIC,
+    Groups,
+    check_x_and_groups,
+    groups_from_keys,
+    jit_public,
+    normalize_with_groups,
+    prepare,
+)
+from ._turns import discounted_returns, prepare_turns
 
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
@@ -90,7 +98,7 @@ def mt_grpo_advantages(
       (``verifiers/trainers/mt_grpo_env_trainer.py``); verl RFC issue #7244 for the bias.
     """
     r_t, turn_mask, out_dtype = prepare_turns(turn_rewards, turn_mask, "turn_rewards")
-    _check_x_and_groups(r_t, group_ids, "turn_rewards")
+    check_x_and_groups(r_t, group_ids, "turn_rewards")
     r_o = _checks.as_float_array(outcome_rewards, "outcome_rewards")
     _checks.check_shape(r_o, "outcome_rewards", r_t.shape[:1], "[B]")
     dt = r_t.dtype
@@ -106,8 +114,6 @@ def mt_grpo_advantages(
 
 # --- GiGPO -----------------------------------------------------------------------------------
 
-from ._groups import groups_from_keys, prepare  # noqa: E402  (GiGPO section; hoist when merged)
-from ._turns import discounted_returns  # noqa: E402
 
 
 @jit_public(static_argnames=("scale",))

@@ -51,7 +51,7 @@ from . import _checks
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
-    _check_x_and_groups,
+    check_x_and_groups,
     jit_public,
     normalize_with_groups,
     peer_mean,
@@ -318,7 +318,7 @@ def hindsight_credit(
       the same prompt at the same turn index".
     """
     s, mask, out_dtype = prepare_turns(scores, turn_mask)
-    _check_x_and_groups(s, group_ids, "scores")
+    check_x_and_groups(s, group_ids, "scores")
     dt = s.dtype
     threshold = _checks.scalar(success_threshold, dt, "success_threshold")
     one, zero = jnp.ones((), dt), jnp.zeros((), dt)
@@ -449,7 +449,7 @@ def select_top_surprisal(
     elif scope == "trajectory":
         segment, num_segments = jnp.arange(batch, dtype=jnp.int32), batch
     else:
-        _check_x_and_groups(surprisal, group_ids, "surprisal")
+        check_x_and_groups(surprisal, group_ids, "surprisal")
         segment, num_segments = group_ids.index.astype(jnp.int32), group_ids.num_groups
     segment = jnp.broadcast_to(segment[:, None], (batch, turns)).reshape(n)
     cand = candidates.reshape(n)
@@ -573,7 +573,7 @@ def tcpo_advantages(
       sets ``0``).
     """
     s, mask, out_dtype = prepare_turns(scores, turn_mask)
-    _check_x_and_groups(s, group_ids, "scores")
+    check_x_and_groups(s, group_ids, "scores")
     dt = s.dtype
 
     def hyper(value, name):

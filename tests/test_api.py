@@ -1,0 +1,54 @@
+"""The public API is exactly the names SPEC.md fixes (plus documented additions), all importable."""
+
+import subprocess
+import sys
+
+import credax
+
+# Names fixed by SPEC.md §1-§7, listed by hand from the spec (not from credax).
+SPEC_NAMES = {
+    # §1
+    "group_normalize", "groups", "Groups", "group_mean", "group_count", "peer_mean", "PeerMean",
+    "presets",
+    # §2
+    "grpo_advantages", "rloo_advantages", "gdpo_advantages", "degenerate_groups",
+    # §3
+    "best_prior", "future_best", "discount_weights", "discounted_returns", "broadcast_to_tokens",
+    "turn_surprisal", "validate_turns",
+    # §4
+    "retrospective_credit", "Retrospective", "hindsight_credit", "Hindsight",
+    "counterfactual_credit", "Counterfactual", "select_top_surprisal", "tcpo_advantages", "TCPO",
+    "raw_score_credit", "adjacent_delta_credit",
+    # §5
+    "Role", "TRIAGE_ROLE_CONSTANTS", "role_credit", "triage_advantages",
+    "scalar_process_advantages", "fit_role_constants", "RoleFit", "optimal_mixing_weight",
+    "judge_windows", "Windows", "parse_roles", "validate_roles",
+    # §6
+    "mt_grpo_advantages", "gigpo_advantages",
+    # §7
+    "token_logprobs", "token_logprobs_from_hidden", "kl_divergence", "aggregate", "policy_loss",
+    "PolicyLoss", "nnx",
+}
+ADDITIONS = {"PolicyMetrics"}  # the metrics NamedTuple of PolicyLoss
+
+
+def test_public_names_match_spec():
+    assert set(credax.__all__) == SPEC_NAMES | ADDITIONS
+
+
+def test_every_name_resolves():
+    for name in credax.__all__:
+        assert getattr(credax, name) is not None
+
+
+def test_spec_constants():
+    assert tuple(credax.TRIAGE_ROLE_CONSTANTS) == (1.0, 0.5, -0.1, -0.5)
+    assert [int(r) for r in credax.Role] == [0, 1, 2, 3]
+    assert [r.name for r in credax.Role] == ["DECISIVE", "EXPLORATION", "NO_PROGRESS", "REGRESSION"]
+
+
+def test_import_is_light():
+    # `import credax` loads neither flax nor hypothesis (optional extras / submodules).
+    code = "import sys, credax; print('flax' in sys.modules, 'hypothesis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
