@@ -274,12 +274,9 @@ def test_ladder_example_script_prints_the_documented_numbers(capsys):
     assert "  5 + hindsight        +0.50  +1.00  +1.00      ·    +0.29  +1.10  +1.32      ·" in out
     # rung 6, turn 0 credits (.5, .5, 1, -.625): μ = .34375, σ = .6875 -> D: -.96875/.6875 = -1.41
     assert "  6 + counterfactual   -0.62  -1.00  +0.00      ·    -1.41  -1.14  -0.88      ·" in out
-    # The README shows exactly this output (in the merged README or in its fragment).
-    shown = []
-    for doc in (root / "README.md", root / "docs" / "readme" / "tcpo.md"):
-        if doc.exists():
-            shown += re.findall(r"```text\n(counterfactual turns selected.*?)```",
-                                doc.read_text(), flags=re.S)
+    # The README shows exactly this output.
+    shown = re.findall(r"```text\n(counterfactual turns selected.*?)```",
+                       (root / "README.md").read_text(), flags=re.S)
     assert shown and all(block == out for block in shown)
 
 

@@ -320,11 +320,7 @@ def _readme_section():
     readme = root / "README.md"
     text = readme.read_text() if readme.exists() else ""
     start = text.find("## Testing your own credit code")
-    if start < 0:  # not merged into README.md yet: the fragment
-        fragment = root / "docs" / "readme" / "testing.md"
-        if not fragment.exists():
-            pytest.skip("no README section or fragment for credax.testing")
-        return fragment.read_text()
+    assert start >= 0, "README.md has no credax.testing section"
     end = text.find("\n## ", start + 1)
     return text[start:] if end < 0 else text[start:end]
 

@@ -595,8 +595,4 @@ def test_conflict_example(capsys):
     assert "exploration in failure" in printed and "+1.066" in printed
     # The README shows this table verbatim: it must be what the script prints today.
     root = pathlib.Path(__file__).resolve().parents[1]
-    docs = [p for p in (root / "README.md", root / "docs" / "readme" / "triage.md")
-            if p.exists() and "rollout outcome turn" in p.read_text()]
-    assert docs, "the GRPO vs TRIAGE table is in neither README.md nor docs/readme/triage.md"
-    for doc in docs:
-        assert printed in doc.read_text(), doc
+    assert printed in (root / "README.md").read_text(), "README's GRPO vs TRIAGE table is stale"
