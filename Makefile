@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 demo: $(STAMP)
-	$(PY) scripts/demo.py
+	$(PY) -m benchmarks.quality
 
 # glibc's hugetlb tunable lets XLA's fresh output buffers use transparent huge pages, as NumPy's
 # allocator already does (madvise): otherwise every new 32 MiB output costs ~8k page faults, and the
@@ -33,7 +33,7 @@ bench: $(BENCH_STAMP)
 	GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $(PY) -m benchmarks.speed $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check credax tests benchmarks scripts
+	$(PY) -m ruff check credax tests benchmarks examples notebooks/_build.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -25,17 +25,18 @@ import numpy as np
 from . import env as E
 from . import report
 from .methods import METHODS
-from .train import Config, Runner
+from .train import Config, get_runner
 
 PRESETS = {
     # The demo: every method, 5 seeds. Fixed before any method was compared (see docs).
     "default": dict(config=Config(), seeds=5),
     "full": dict(config=Config(steps=500), seeds=10),
-    # CI smoke size: a 2-symbol code over 3 letters in 4 turns, tiny model, a few steps.
+    # CI size: a 2-symbol code over 6 letters in 6 turns, a 64-wide model; GRPO learns it in ~80
+    # steps. tests/test_quality_tiny.py uses this configuration.
     "tiny": dict(
-        config=Config(task=E.Task(length=2, alphabet=3, turns=4), prompts=8, hidden=32, steps=20,
-                      eval_every=10, eval_repeats=4),
-        seeds=2,
+        config=Config(task=E.Task(length=2, alphabet=6, turns=6), hidden=64, steps=80,
+                      eval_every=20, eval_repeats=32),
+        seeds=3,
     ),
 }
 
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
         flush=True,
     )
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    runner = Runner(cfg, methods)
+    runner = get_runner(cfg, methods)
     interactive = sys.stdout.isatty()
 
     def log(method, c, chunks, m, info):
@@ -83,14 +84,21 @@ def main(argv=None) -> int:
                 end="", flush=True,
             )
 
-    results, curves, seconds = {}, {}, {}
+    results, curves, seconds, roles = {}, {}, {}, {}
     for i, method in enumerate(methods):
         t0 = time.perf_counter()
         if not interactive:
             print(f"  [{i + 1}/{len(methods)}] {method.label} ...", end="", flush=True)
-        final, curve, _ = runner.run(method.name, seeds, log)
+        final, curve, infos = runner.run(method.name, seeds, log, steps=cfg.steps)
         seconds[method.name] = time.perf_counter() - t0
         results[method.name] = {key: report.summarize(getattr(final, key)) for key, _, _ in report.METRICS}
+        roles[method.name] = {
+            when: {
+                role: report.summarize(infos[at]["role_adv"][:, r])
+                for r, role in enumerate(["decisive", "exploration", "no_progress", "regression"])
+            }
+            for when, at in [("first_chunk", 0), ("last_chunk", -1)]
+        }
         curves[method.name] = {
             "steps": [s for s, _ in curve],
             "success": [np.asarray(m.success).tolist() for _, m in curve],
@@ -105,6 +113,9 @@ def main(argv=None) -> int:
     print()
     print(f"Held-out targets, mean ± 95% interval over {len(seeds)} seeds (Student t):")
     print(report.table(results, labels))
+    print(f"\nMean advantage by oracle role over the first {cfg.eval_every} training steps "
+          f"(decisive / exploration / no-progress / regression):")
+    print(report.role_table(roles, labels, "first_chunk"))
     print(f"\nwall time {wall:.0f} s (process CPU time {cpu:.0f} s; the first method's time "
           f"includes compiling the shared program)")
 
@@ -112,6 +123,7 @@ def main(argv=None) -> int:
         "seeds": seeds,
         "config": {**dataclasses.asdict(cfg), "preset": preset},
         "methods": {name: {"label": labels[name], **res} for name, res in results.items()},
+        "credit_by_role": roles,
         "curves": curves,
         "timing": {"wall_s": wall, "cpu_s": cpu, "per_method_wall_s": seconds},
         "environment": {
@@ -124,8 +136,7 @@ def main(argv=None) -> int:
     }
     report.write_json(out / "quality.json", record)
     report.plot(out / "quality.png", curves, labels,
-                f"Toy code-breaking agent: L={t.length}, V={t.alphabet}, K={t.turns}; "
-                f"{len(seeds)} seeds, mean ± 95% CI")
+                report.title(t.length, t.alphabet, t.turns, len(seeds)))
     print(f"wrote {out / 'quality.json'} and {out / 'quality.png'}")
     return 0
 

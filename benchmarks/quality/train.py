@@ -1,15 +1,16 @@
 """The training loop: rollout, credit, clipped policy loss and adamw, all in one jitted step.
 
-One training step = sample ``prompts`` held-in targets, roll out ``group`` episodes each, compute
-per-turn advantages with the method's credax function, broadcast them to the action tokens and take
-``epochs`` adamw steps on the clipped surrogate (``credax.policy_loss`` through ``credax.nnx``).
+One training step = sample ``prompts`` training-split targets, roll out ``group`` episodes each,
+compute per-turn advantages ``[B, K]`` with the method's credax function, and take ``epochs`` adamw
+steps on the clipped surrogate (``credax.nnx.policy_loss_fn`` → ``credax.policy_loss``, which
+gathers each token's turn advantage through ``token_turn`` inside the fused loss).
 ``eval_every`` steps are fused into one ``lax.scan``; seeds are a vmapped axis, so one compiled
 program trains every seed of a method at once and the Python loop only reports progress.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import jax
@@ -21,7 +22,7 @@ from flax import nnx
 import credax
 
 from . import env as E
-from .methods import METHODS, Context, Method, Settings
+from .methods import Context, Method, Settings
 from .policy import SLOTS, Policy, Rollout, final_score, rollout
 
 
@@ -53,6 +54,8 @@ class Metrics(NamedTuple):
     turns_to_success: jax.Array  # mean first-success turn (1-based) over episodes that succeed
     reached: jax.Array  # fraction of episodes that reach success at some turn
     length: jax.Array  # mean number of turns taken
+    probes: jax.Array  # turns per episode that revealed a new symbol (exploration)
+    regressions: jax.Array  # turns per episode that lowered the score
 
 
 def evaluate(model: Policy, targets: jax.Array, key: jax.Array, repeats: int) -> Metrics:
@@ -77,6 +80,8 @@ def evaluate(model: Policy, targets: jax.Array, key: jax.Array, repeats: int) ->
         turns_to_success=tts,
         reached=f32(reached),
         length=f32(jnp.sum(r.turn_mask, axis=1)),
+        probes=f32(jnp.sum(r.turn_mask & (r.roles == E.EXPLORATION), axis=1)),
+        regressions=f32(jnp.sum(r.turn_mask & (r.roles == E.REGRESSION), axis=1)),
     )
 
 
@@ -92,7 +97,7 @@ class Batch(NamedTuple):
 BOS = 0  # any token id: position 0 is never scored (credax.nnx alignment)
 
 
-def to_sequence(r: Rollout, advantages: jax.Array, token_turn: jax.Array, obs_logp=None):
+def to_sequence(r: Rollout, advantages: jax.Array, token_turn: jax.Array):
     """Lay a rollout out as a token sequence ``[BOS, a_{0,0}, a_{0,1}, a_{0,2}, a_{1,0}, ...]``.
 
     Every per-token field is aligned with the token it is about (credax.nnx's convention), so the
@@ -189,12 +194,18 @@ def train_step(graphdef, state, key, pool, index, methods: tuple[Method, ...], c
         with jax.numpy_dtype_promotion("standard"):
             opt.update(model, grads)
     valid = jnp.maximum(jnp.sum(r.turn_mask.astype(jnp.float32)), 1.0)
+    # Credit diagnostics: the mean advantage each method gives turns of each oracle role.
+    is_role = r.turn_mask[..., None] & (r.roles[..., None] == jnp.arange(4, dtype=jnp.int32)[None, None])
+    role_count = jnp.sum(is_role.astype(jnp.float32), axis=(0, 1))
+    role_sum = jnp.sum(jnp.where(is_role, adv[..., None], 0.0), axis=(0, 1))
     info = dict(
         loss=loss,
         train_score=jnp.mean(outcome),
         train_success=jnp.mean((outcome >= 1.0).astype(jnp.float32)),
         adv_abs=jnp.sum(jnp.abs(adv)) / valid,
         clip_frac=metrics.clip_frac_low + metrics.clip_frac_high,
+        role_adv_sum=role_sum,
+        role_count=role_count,
     )
     return nnx.state((model, opt)), info
 
@@ -233,7 +244,7 @@ class Runner:
         self.chunk = jax.jit(jax.vmap(chunk, in_axes=(0, 0, None, None)))
         self.evaluate = jax.jit(jax.vmap(ev, in_axes=(0, 0, None)))
 
-    def run(self, method: str | int, seeds, log=None):
+    def run(self, method: str | int, seeds, log=None, *, steps: int | None = None):
         """Train every seed with one method; return ``(final Metrics, [(step, Metrics)], info)``.
 
         The same seed gives every method the same initial parameters, the same training prompts
@@ -249,14 +260,29 @@ class Runner:
         m = jax.tree.map(np.asarray, self.evaluate(state, fold(k_eval, 0), self.eval_pool))
         curve = [(0, m)]
         infos = []
-        chunks = max(1, cfg.steps // cfg.eval_every)
+        chunks = max(1, (cfg.steps if steps is None else steps) // cfg.eval_every)
         idx = jnp.int32(index)
         for c in range(chunks):
             state, info = self.chunk(state, fold(k_train, c), self.train_pool, idx)
             m = jax.tree.map(np.asarray, self.evaluate(state, fold(k_eval, c + 1), self.eval_pool))
             info = jax.tree.map(lambda x: np.asarray(x).mean(axis=1), info)  # mean over the chunk
+            # Mean advantage per oracle role over the chunk (NaN where a role never occurred).
+            with np.errstate(invalid="ignore", divide="ignore"):
+                info["role_adv"] = info["role_adv_sum"] / info["role_count"]
             curve.append(((c + 1) * cfg.eval_every, m))
             infos.append(info)
             if log is not None:
                 log(self.methods[index], c + 1, chunks, m, info)
         return curve[-1][1], curve, infos
+
+
+_RUNNERS: dict = {}
+
+
+def get_runner(cfg: Config, methods: tuple[Method, ...]) -> Runner:
+    """A cached :class:`Runner`: configurations that differ only in ``steps`` share one compiled
+    program (``steps`` only sets how many chunks the Python loop runs; pass it to ``run``)."""
+    key = (replace(cfg, steps=0), tuple(methods))
+    if key not in _RUNNERS:
+        _RUNNERS[key] = Runner(cfg, methods)
+    return _RUNNERS[key]

@@ -1,7 +1,7 @@
 """A readable tour of credax's outcome advantages and turn tools on a built-in batch.
 
-Run with ``make demo``. The batch has three prompts with ragged groups, a singleton and a constant
-group, so every degenerate case of SPEC §1 shows up in the table.
+Run with ``.venv/bin/python examples/foundation_tour.py``. The batch has four prompts with ragged
+groups, a singleton and a constant group, so every degenerate case of SPEC §1 shows up.
 """
 
 from __future__ import annotations

@@ -1,0 +1,20 @@
+"""The example scripts run, and the foundation tour prints the degenerate cases it promises."""
+
+import pathlib
+import runpy
+
+import jax
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_foundation_tour(capsys):
+    with jax.numpy_dtype_promotion("standard"):
+        runpy.run_path(str(ROOT / "examples" / "foundation_tour.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    # Prompt -4 holds two rewards of 0.35: constant, so every normalised column is exactly 0.
+    row1 = next(line for line in out.splitlines() if line.split()[:2] == ["1", "-4"])
+    assert row1.split()[3:8] == ["0.000"] * 5 and row1.split()[-1] == "True"
+    # The singleton prompt 2**20 (reward 0.6): 0 by default, its raw score under verl's preset.
+    row4 = next(line for line in out.splitlines() if line.split()[:2] == ["4", "1048576"])
+    assert row4.split()[3:5] == ["0.000", "0.600"]
