@@ -21,7 +21,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	touch $(BENCH_STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.quality
