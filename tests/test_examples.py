@@ -18,3 +18,11 @@ def test_foundation_tour(capsys):
     # The singleton prompt 2**20 (reward 0.6): 0 by default, its raw score under verl's preset.
     row4 = next(line for line in out.splitlines() if line.split()[:2] == ["4", "1048576"])
     assert row4.split()[3:5] == ["0.000", "0.600"]
+
+
+def test_nnx_step_benchmark_runs(capsys):
+    from benchmarks import nnx_step
+
+    with jax.numpy_dtype_promotion("standard"):  # optax's adamw mixes float and int32 scalars
+        nnx_step.main(steps=2)
+    assert "median step" in capsys.readouterr().out
