@@ -26,3 +26,11 @@ def test_nnx_step_benchmark_runs(capsys):
     with jax.numpy_dtype_promotion("standard"):  # optax's adamw mixes float and int32 scalars
         nnx_step.main(steps=2)
     assert "median step" in capsys.readouterr().out
+
+
+def test_memory_benchmark_runs(capsys):
+    from benchmarks import memory
+
+    memory.main(["1,64,8,128,16"])
+    out = capsys.readouterr().out
+    assert "chunk_size=None" in out and "chunk_size=16" in out
