@@ -45,7 +45,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._groups import Groups, jit_public, normalize_with_groups, segment_stats
-from ._validate import check_prefix_mask
+from ._validate import check_bool_mask, check_prefix_mask, host_array
 
 
 class Role(enum.IntEnum):
@@ -693,17 +693,13 @@ def validate_roles(roles, turn_mask) -> None:
       ...
       ValueError: `roles` must hold codes in [-1, 4) (Role values, ...) at valid turns; roles[0, 1] = 4.
     """
-    r = _host(roles, "roles")
+    r = host_array(roles, "roles")
     if r.dtype == object or not np.issubdtype(r.dtype, np.integer):
         raise TypeError(f"`roles` must be an integer array of Role codes; got dtype {r.dtype}.")
     if r.ndim != 2:
         raise ValueError(f"`roles` must be 2-D, shape [B, K]; got shape {r.shape}.")
-    m = _host(turn_mask, "turn_mask")
-    if m.dtype != np.bool_:
-        raise TypeError(f"`turn_mask` must be a boolean array (true = real turn); got dtype "
-                        f"{m.dtype}.")
-    if m.shape != r.shape:
-        raise ValueError(f"`turn_mask` must have shape {r.shape} (same as `roles`); got {m.shape}.")
+    m = host_array(turn_mask, "turn_mask")
+    check_bool_mask(m, "turn_mask", r.shape, like="roles")
     bad = m & ((r < UNLABELED) | (r >= NUM_ROLES))
     if bad.any():
         b, k = (int(i) for i in np.argwhere(bad)[0])
@@ -713,9 +709,3 @@ def validate_roles(roles, turn_mask) -> None:
         )
     check_prefix_mask(m)
 
-
-def _host(x, name: str) -> np.ndarray:
-    if isinstance(x, jax.core.Tracer):
-        raise TypeError(f"`{name}` is a traced value: validate_roles checks concrete values and "
-                        "must be called outside jit (in the data pipeline).")
-    return np.asarray(x)

@@ -13,17 +13,15 @@ import numpy as np
 _INT32 = np.iinfo(np.int32)
 
 
-def _host(x, name: str) -> np.ndarray:
-    try:
-        import jax
+def host_array(x, name: str) -> np.ndarray:
+    """``x`` as a NumPy array; a traced value is refused (these checks need concrete values)."""
+    import jax
 
-        if isinstance(x, jax.core.Tracer):
-            raise TypeError(
-                f"`{name}` is a traced value: validate_* functions check concrete values and must "
-                "be called outside jit (in the data pipeline)."
-            )
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError(
+            f"`{name}` is a traced value: validate_* functions check concrete values and must "
+            "be called outside jit (in the data pipeline)."
+        )
     return np.asarray(x)
 
 
@@ -31,11 +29,11 @@ def _first(where: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(where)[0])
 
 
-def check_bool_mask(mask: np.ndarray, name: str, shape: tuple[int, ...]) -> None:
+def check_bool_mask(mask: np.ndarray, name: str, shape: tuple[int, ...], like: str = "scores") -> None:
     if mask.dtype != np.bool_:
         raise TypeError(f"`{name}` must be a boolean array (true = real turn); got dtype {mask.dtype}.")
     if mask.shape != shape:
-        raise ValueError(f"`{name}` must have shape {shape} (same as `scores`); got {mask.shape}.")
+        raise ValueError(f"`{name}` must have shape {shape} (same as `{like}`); got {mask.shape}.")
 
 
 def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask") -> None:
@@ -54,7 +52,7 @@ def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask") -> None:
 
 
 def check_group_ids(group_ids, batch: int) -> None:
-    ids = _host(group_ids, "group_ids")
+    ids = host_array(group_ids, "group_ids")
     if ids.dtype == object or not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"`group_ids` must be an integer array; got dtype {ids.dtype}.")
     if ids.shape != (batch,):
@@ -99,12 +97,12 @@ def validate_turns(
       ...
       ValueError: `turn_mask` must be prefix-contiguous (valid turns first, then padding); row 0 has a valid turn at index 1 after a padded turn at index 0.
     """
-    s = _host(scores, "scores")
+    s = host_array(scores, "scores")
     if s.dtype == object or not (np.issubdtype(s.dtype, np.floating) or np.issubdtype(s.dtype, np.integer)):
         raise TypeError(f"`scores` must be a real numeric array; got dtype {s.dtype}.")
     if s.ndim != 2:
         raise ValueError(f"`scores` must be 2-D, shape [B, K]; got shape {s.shape}.")
-    m = _host(turn_mask, "turn_mask")
+    m = host_array(turn_mask, "turn_mask")
     check_bool_mask(m, "turn_mask", s.shape)
     check_group_ids(group_ids, s.shape[0])
     valid = s[m].astype(np.float64)
@@ -120,7 +118,7 @@ def validate_turns(
                              f"scores[{b}, {k}] = {s[b, k]}.")
     check_prefix_mask(m)
     if token_turn is not None:
-        tt = _host(token_turn, "token_turn")
+        tt = host_array(token_turn, "token_turn")
         if not np.issubdtype(tt.dtype, np.integer):
             raise TypeError(f"`token_turn` must be an integer array; got dtype {tt.dtype}.")
         if tt.ndim != 2 or tt.shape[0] != s.shape[0]:
