@@ -303,6 +303,16 @@ def scalar_process_advantages(
 # --------------------------------------------------------------------------------------------
 
 
+def _residual_args(residuals, roles, turn_mask):
+    """Shared argument handling of the role-fitting functions: (residuals, roles, turn_mask,
+    output dtype, compute dtype)."""
+    d = _checks.as_float_array(residuals, "residuals")
+    _checks.check_ndim(d, "residuals", 2, "[B, K]")
+    roles = _check_roles(roles, d.shape)
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", d.shape)
+    return d, roles, turn_mask, _checks.output_dtype(d.dtype), _checks.compute_dtype(d.dtype)
+
+
 class RoleFit(NamedTuple):
     """Per-role fit of the advantage residual."""
 
@@ -349,12 +359,7 @@ def fit_role_constants(
       Xu et al. 2026, TRIAGE (arXiv 2606.32017), §4.1 Propositions 1-2 (role-conditioned credit as
       a projection of the advantage residual onto the role variable).
     """
-    d = _checks.as_float_array(residuals, "residuals")
-    _checks.check_ndim(d, "residuals", 2, "[B, K]")
-    roles = _check_roles(roles, d.shape)
-    turn_mask = _checks.as_mask(turn_mask, "turn_mask", d.shape)
-    out_dtype = _checks.output_dtype(d.dtype)
-    dt = _checks.compute_dtype(d.dtype)
+    d, roles, turn_mask, out_dtype, dt = _residual_args(residuals, roles, turn_mask)
     n = d.size
     if n == 0:
         return RoleFit(jnp.zeros((NUM_ROLES,), out_dtype), jnp.zeros((NUM_ROLES,), jnp.int32))
@@ -411,12 +416,7 @@ def optimal_mixing_weight(
       Xu et al. 2026, TRIAGE (arXiv 2606.32017), §4.1; the closed form is the least-squares
       solution for one coefficient (our derivation of the paper's stated condition).
     """
-    d = _checks.as_float_array(residuals, "residuals")
-    _checks.check_ndim(d, "residuals", 2, "[B, K]")
-    roles = _check_roles(roles, d.shape)
-    turn_mask = _checks.as_mask(turn_mask, "turn_mask", d.shape)
-    out_dtype = _checks.output_dtype(d.dtype)
-    dt = _checks.compute_dtype(d.dtype)
+    d, roles, turn_mask, out_dtype, dt = _residual_args(residuals, roles, turn_mask)
     labelled = _labelled(roles, turn_mask)
     c = _credit(roles, labelled, _role_constants(constants, dt))
     d = jnp.where(labelled, d.astype(dt), jnp.zeros((), dt))
