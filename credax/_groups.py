@@ -154,8 +154,13 @@ _representatives_jit = jax.jit(_representatives)
 
 
 def _concrete_numpy(x):
-    """``x`` as a NumPy array when it is a concrete value, ``None`` when it is being traced."""
-    if isinstance(x, jax.core.Tracer):
+    """``x`` as a NumPy array when it is a host value, ``None`` when it is traced or a JAX array.
+
+    JAX arrays are left on their device: copying them to the host on every call would be a host
+    round trip per step on an accelerator, and they cannot hold truncated 64-bit ids (JAX made them
+    int32 already, or x64 is on and they are hashed at full width).
+    """
+    if isinstance(x, jax.Array):  # tracers included
         return None
     try:
         return np.asarray(x)
@@ -179,8 +184,9 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     Args:
       group_ids: ``int[B]`` prompt id of each row, or a ``Groups`` (returned unchanged).
       num_groups: static; a promise that ids are dense in ``[0, num_groups)``. Checked when the
-        ids are concrete; under ``jit`` an id outside the range is not detected (its row would
-        receive statistics of the wrong set), so promise only what your pipeline guarantees.
+        ids are host values (NumPy, lists); JAX arrays stay on their device unchecked, and under
+        ``jit`` an id outside the range is not detected (its row would receive statistics of the
+        wrong set), so promise only what your pipeline guarantees.
 
     Returns:
       ``Groups(index: int32[B], num_groups: int)``.
