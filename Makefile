@@ -33,7 +33,7 @@ bench: $(BENCH_STAMP)
 	GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $(PY) -m benchmarks.speed $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check credax tests benchmarks examples notebooks/_build.py
+	$(PY) -m ruff check src tests benchmarks examples notebooks/_build.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
