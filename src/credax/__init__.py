@@ -8,7 +8,8 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
 * ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
 * ``_stepwise`` MT-GRPO and GiGPO baselines
-* ``_losses``   token log-probs, KL estimators, aggregation modes, the clipped policy loss
+* ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
+* ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
   explicitly, it needs hypothesis) strategies and invariant checkers for your own credit code.
@@ -23,13 +24,13 @@ from ._groups import group_mean as group_mean
 from ._groups import group_normalize as group_normalize
 from ._groups import groups as groups
 from ._groups import peer_mean as peer_mean
+from ._logprobs import token_logprobs as token_logprobs
+from ._logprobs import token_logprobs_from_hidden as token_logprobs_from_hidden
 from ._losses import PolicyLoss as PolicyLoss
 from ._losses import PolicyMetrics as PolicyMetrics
 from ._losses import aggregate as aggregate
 from ._losses import kl_divergence as kl_divergence
 from ._losses import policy_loss as policy_loss
-from ._losses import token_logprobs as token_logprobs
-from ._losses import token_logprobs_from_hidden as token_logprobs_from_hidden
 from ._outcome import degenerate_groups as degenerate_groups
 from ._outcome import gdpo_advantages as gdpo_advantages
 from ._outcome import grpo_advantages as grpo_advantages

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._losses import PolicyMetrics, policy_loss, token_logprobs, token_logprobs_from_hidden
+from ._logprobs import token_logprobs, token_logprobs_from_hidden
+from ._losses import PolicyMetrics, policy_loss
 
 
 class PolicyBatch(NamedTuple):
