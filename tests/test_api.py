@@ -29,7 +29,10 @@ SPEC_NAMES = {
     "token_logprobs", "token_logprobs_from_hidden", "kl_divergence", "aggregate", "policy_loss",
     "PolicyLoss", "nnx",
 }
-ADDITIONS = {"PolicyMetrics"}  # the metrics NamedTuple of PolicyLoss
+ADDITIONS = {
+    "PolicyMetrics",  # the metrics NamedTuple of PolicyLoss
+    "validate_rewards", "validate_alternatives",  # eager checks of [B] rewards and alternatives
+}
 
 
 def test_public_names_match_spec():

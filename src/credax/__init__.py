@@ -66,6 +66,8 @@ from ._turns import discount_weights as discount_weights
 from ._turns import discounted_returns as discounted_returns
 from ._turns import future_best as future_best
 from ._turns import turn_surprisal as turn_surprisal
+from ._validate import validate_alternatives as validate_alternatives
+from ._validate import validate_rewards as validate_rewards
 from ._validate import validate_turns as validate_turns
 
 __version__ = "0.1.0"

@@ -192,5 +192,5 @@ def degenerate_groups(
     _check_outcome(rewards)
     xc, mask, _ = prepare(rewards, group_ids, mask, "rewards")
     st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
-    return mask & ((st.count <= 1) | st.constant)
+    return mask & ((st.count <= 1) | st.constant | st.nonfinite)
 

@@ -149,6 +149,8 @@ def _hindsight(s, mask, g: Groups, retro: Retrospective, *, threshold):
     # index: the peer statistics of u with mask = eligible on [B, K] (one grouping primitive).
     peers = peer_mean(u, g, eligible)
     credit = jnp.where(peers.count > 0, u - peers.mean, zero)
+    # A non-finite score is neither improving nor not: its own credit is NaN, never 0.
+    credit = jnp.where(mask & ~jnp.isfinite(s), jnp.full_like(s, jnp.nan), credit)
     return Hindsight(
         credit=credit, future_best=u, eligible=eligible, peer_count=peers.count,
         baseline=peers.mean,
@@ -395,7 +397,8 @@ def select_top_surprisal(
     ``surprisal``: over the whole batch (``scope="batch"``), per prompt (``"group"``, needs
     ``group_ids``) or per row (``"trajectory"``). Ties break toward the lower flat index
     ``b·K + k``; a scope with fewer candidates than ``L`` selects all of them. A NaN surprisal at
-    a candidate ranks below every number (it is selected only to fill the budget).
+    a candidate ranks below every number, ``-inf`` included (it is selected only to fill the
+    budget).
 
     The ranking is one stable sort of ``(scope, not candidate, −surprisal, flat index)``, and a
     rank within the scope from the sorted run starts: ``O(BK log BK)``, no loop over rows.
@@ -456,10 +459,13 @@ def select_top_surprisal(
     s = surprisal.astype(_checks.compute_dtype(surprisal.dtype)).reshape(n)
     # Descending surprisal as an ascending key; NaN ranks last among candidates; "+ 0" makes -0.0
     # and 0.0 one key. Off-candidate values are replaced, so they never matter.
-    key = jnp.where(cand & ~jnp.isnan(s), -s + 0.0, jnp.inf)
+    # NaN gets its own key before the value, so it ranks after every number, -inf included (a
+    # shared +inf key would have tied NaN with -inf and broken the tie by position).
+    nan = cand & jnp.isnan(s)
+    key = jnp.where(cand & ~nan, -s + 0.0, jnp.zeros_like(s))
     flat = jnp.arange(n, dtype=jnp.int32)
-    seg_sorted, noncand_sorted, _, order = jax.lax.sort(
-        (segment, (~cand).astype(jnp.int32), key, flat), num_keys=4
+    seg_sorted, noncand_sorted, _, _, order = jax.lax.sort(
+        (segment, (~cand).astype(jnp.int32), nan.astype(jnp.int32), key, flat), num_keys=5
     )
     # Rank within the scope = sorted position minus the position where the scope's run starts.
     # (A segment minimum is O(n); lax.cummax over n entries lowers to an O(n²) window on CPU.)

@@ -76,7 +76,7 @@ TRIAGE_ROLE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
 
 
 def _check_roles(roles, shape: tuple[int, ...] | None = None) -> jax.Array:
-    roles = _checks.as_int_array(roles, "roles")
+    roles = _checks.as_index_array(roles, "roles")
     _checks.check_ndim(roles, "roles", 2, "[B, K]")
     if shape is not None:
         _checks.check_shape(roles, "roles", shape, "[B, K]")
@@ -373,7 +373,8 @@ def fit_role_constants(
     first = jax.ops.segment_min(jnp.where(valid, rows, n), index, NUM_ROLES)
     present = first < n
     first = jnp.clip(first, 0, n - 1)
-    mean = jnp.where(present, (st.shift + st.mean)[first], jnp.zeros((), dt))
+    mean_value = jnp.where(st.nonfinite, jnp.full_like(st.shift, jnp.nan), st.mean_value())
+    mean = jnp.where(present, mean_value[first], jnp.zeros((), dt))
     counts = jnp.where(present, st.count[first], jnp.zeros((), dt)).astype(jnp.int32)
     return RoleFit(mean.astype(out_dtype), counts)
 

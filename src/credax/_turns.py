@@ -195,7 +195,7 @@ def gather_turns(turn_values: jax.Array, token_turn: jax.Array) -> jax.Array:
 
 
 def check_token_turn(token_turn, batch: int, name: str = "token_turn") -> jax.Array:
-    token_turn = _checks.as_int_array(token_turn, name)
+    token_turn = _checks.as_index_array(token_turn, name)
     _checks.check_ndim(token_turn, name, 2, "[B, T]")
     if token_turn.shape[0] != batch:
         raise ValueError(f"`{name}` must have shape [B, T] with B={batch}; got {token_turn.shape}.")
