@@ -58,17 +58,6 @@ import torch  # the real torch: imports are absolute, this module's own name doe
 
 import credax
 
-__all__ = [
-    "adjacent_delta_credit", "best_prior", "broadcast_to_tokens", "counterfactual_credit",
-    "degenerate_groups", "dense_ids", "discount_weights", "discounted_returns",
-    "fit_role_constants", "future_best", "gdpo_advantages", "gigpo_advantages", "group_count",
-    "group_mean", "group_normalize", "groups", "grpo_advantages", "hindsight_credit",
-    "judge_windows", "mt_grpo_advantages", "optimal_mixing_weight", "peer_mean",
-    "raw_score_credit", "retrospective_credit", "rloo_advantages", "role_credit",
-    "scalar_process_advantages", "select_top_surprisal", "tcpo_advantages", "to_jax", "to_torch",
-    "triage_advantages", "turn_surprisal", "validate_roles", "validate_turns",
-]
-
 # Arguments that credax groups by (turned into a ``Groups`` once here) and integer keys compared
 # only for equality (densified, never hashed by value).
 _GROUP_ARGS = frozenset({"group_ids"})
@@ -220,38 +209,24 @@ def _bridge(fn, *, group_as_ids: bool = False):
     return wrapper
 
 
-adjacent_delta_credit = _bridge(credax.adjacent_delta_credit)
-best_prior = _bridge(credax.best_prior)
-broadcast_to_tokens = _bridge(credax.broadcast_to_tokens)
-counterfactual_credit = _bridge(credax.counterfactual_credit)
-degenerate_groups = _bridge(credax.degenerate_groups)
-discount_weights = _bridge(credax.discount_weights)
-discounted_returns = _bridge(credax.discounted_returns)
-fit_role_constants = _bridge(credax.fit_role_constants)
-future_best = _bridge(credax.future_best)
-gdpo_advantages = _bridge(credax.gdpo_advantages)
-gigpo_advantages = _bridge(credax.gigpo_advantages)
-group_count = _bridge(credax.group_count)
-group_mean = _bridge(credax.group_mean)
-group_normalize = _bridge(credax.group_normalize)
-grpo_advantages = _bridge(credax.grpo_advantages)
-hindsight_credit = _bridge(credax.hindsight_credit)
-judge_windows = _bridge(credax.judge_windows)
-mt_grpo_advantages = _bridge(credax.mt_grpo_advantages)
-optimal_mixing_weight = _bridge(credax.optimal_mixing_weight)
-peer_mean = _bridge(credax.peer_mean)
-raw_score_credit = _bridge(credax.raw_score_credit)
-retrospective_credit = _bridge(credax.retrospective_credit)
-rloo_advantages = _bridge(credax.rloo_advantages)
-role_credit = _bridge(credax.role_credit)
-scalar_process_advantages = _bridge(credax.scalar_process_advantages)
-select_top_surprisal = _bridge(credax.select_top_surprisal)
-tcpo_advantages = _bridge(credax.tcpo_advantages)
-triage_advantages = _bridge(credax.triage_advantages)
-turn_surprisal = _bridge(credax.turn_surprisal)
-validate_roles = _bridge(credax.validate_roles)
-validate_turns = _bridge(credax.validate_turns, group_as_ids=True)
+# Functions credax.torch does not bridge. The policy and value losses and their parts are
+# differentiated w.r.t. JAX parameters and stay JAX (a torch trainer keeps its own loss and feeds it
+# these advantages); parse_roles is host-side already (labels in, an int32 NumPy array out:
+# torch.from_numpy takes it without a copy); groups has its own torch version above.
+JAX_ONLY = frozenset({
+    "aggregate", "kl_divergence", "policy_loss", "token_logprobs", "token_logprobs_from_hidden",
+    "value_loss", "parse_roles", "groups",
+})
+_GROUP_AS_IDS = frozenset({"validate_turns"})
 
-# Not here, on purpose: the policy loss and its parts (policy_loss, aggregate, kl_divergence,
-# token_logprobs*) are differentiated w.r.t. JAX parameters and stay JAX; parse_roles is host-side
-# already (labels in, an int32 NumPy array out: torch.from_numpy takes it without a copy).
+# Every other public function of credax, bridged: a function added to credax is available here
+# at once, under its own name (tests/test_torch.py checks each one against credax).
+_BRIDGED = sorted(
+    name for name in credax.__all__
+    if inspect.isfunction(getattr(credax, name)) and name not in JAX_ONLY
+)
+for _name in _BRIDGED:
+    globals()[_name] = _bridge(getattr(credax, _name), group_as_ids=_name in _GROUP_AS_IDS)
+del _name
+
+__all__ = sorted([*_BRIDGED, "JAX_ONLY", "dense_ids", "groups", "to_jax", "to_torch"])
