@@ -403,16 +403,24 @@ def _token_advantages(advantages, token_turn, mask, shape, dtype):
     adv = _checks.as_float_array(advantages, "advantages")
     batch = shape[0]
     if token_turn is not None:
-        _checks.check_ndim(adv, "advantages", 2, "[B, K] (per-turn, with `token_turn`)")
+        _checks.check_ndim(adv, "advantages", (1, 2),
+                           "[B, K] (per turn) or [B] (per row), with `token_turn`")
         if adv.shape[0] != batch:
-            raise ValueError(f"`advantages` must have shape [B, K] with B={batch}; got {adv.shape}.")
+            raise ValueError(f"`advantages` must have shape [B, K] or [B] with B={batch}; "
+                             f"got {adv.shape}.")
         token_turn = check_token_turn(token_turn, batch)
         _checks.check_shape(token_turn, "token_turn", shape, "[B, T]")
-        num_turns = adv.shape[1]
         # Tokens of no turn (-1: prompt, observations) take no part, even where `mask` is true:
         # counting them in the denominators is the observation-token leak of user-issues #17.
-        mask = mask & (token_turn >= 0) & (token_turn < num_turns)
-        adv = gather_turns(adv.astype(dtype), token_turn)
+        if adv.ndim == 1:
+            # One value per row (GRPO) on a batch built for per-turn credit: the same batch
+            # serves both, so switching estimators never means rebuilding it.
+            mask = mask & (token_turn >= 0)
+            adv = jnp.broadcast_to(adv.astype(dtype)[:, None], shape)
+        else:
+            num_turns = adv.shape[1]
+            mask = mask & (token_turn >= 0) & (token_turn < num_turns)
+            adv = gather_turns(adv.astype(dtype), token_turn)
     elif adv.ndim == 1:
         if adv.shape != (batch,):
             raise ValueError(f"`advantages` of one value per row must have shape ({batch},); "
@@ -479,9 +487,10 @@ def policy_loss(
       old_logp: ``float[B, T]`` log-probs under the behaviour (rollout) policy.
       advantages: ``float[B, T]`` per token, ``float[B]`` per row (broadcast over its tokens), or
         ``float[B, K]`` per turn together with ``token_turn`` (gathered inside the loss, so no
-        ``[B, T]`` advantage tensor needs to exist).
+        ``[B, T]`` advantage tensor needs to exist). ``float[B]`` also works together with
+        ``token_turn``: every token of a turn gets its row's value.
       mask: ``bool[B, T]`` tokens trained on. With ``token_turn``, tokens whose turn is ``-1`` (or
-        outside ``[0, K)``) are excluded too, whatever ``mask`` says.
+        outside ``[0, K)`` for ``[B, K]`` advantages) are excluded too, whatever ``mask`` says.
       clip_low, clip_high: ratio bounds ``1 - clip_low`` and ``1 + clip_high``; ``0 < clip_low <
         1``, ``clip_high > 0``. May be traced.
       dual_clip: ``None`` or ``c > 1`` (verl always uses 3.0). May be traced.
@@ -492,8 +501,8 @@ def policy_loss(
       kl_coef: weight of the KL term (``>= 0``; nonzero needs ``ref_logp``). May be traced.
       kl_estimator: ``"k1"``, ``"k2"``, ``"k3"`` or ``"abs"`` (static), see :func:`kl_divergence`.
       ratio: ``"token"`` or ``"sequence"`` (static).
-      token_turn: optional ``int[B, T]`` turn of each token (``-1`` = none), with ``[B, K]``
-        advantages.
+      token_turn: optional ``int[B, T]`` turn of each token (``-1`` = none), with ``[B, K]`` or
+        ``[B]`` advantages.
 
     Returns:
       ``PolicyLoss(loss, metrics)``: ``loss`` a float32 scalar (float64 for float64 ``logp``);
