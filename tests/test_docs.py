@@ -65,6 +65,16 @@ def test_readme_keeps_the_two_commands_and_the_lab_markers():
     assert not re.search(r"pip install ['\"]?credax\b", text)
 
 
+def test_readme_links_resolve():
+    # mkdocs --strict checks the links of docs/; the README is read on its own (GitHub, an editor).
+    text = (ROOT / "README.md").read_text()
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)
+               if not t.startswith(("http://", "https://", "#"))]
+    assert targets
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert not missing, missing
+
+
 UNSHIPPED = re.compile(r"SPEC ?§|SPEC\.md|user-issues|papers\.md|DESIGN\.md|field-2026")
 
 

@@ -22,7 +22,8 @@ from mkdocs.structure.files import File
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INIT = ROOT / "src" / "credax" / "__init__.py"
 
-# Page titles of the modules known today; a new module gets its name as the title.
+# Page titles of the modules known today; a new module is titled by its docstring's first line, up
+# to the first colon ("Value-based credit: GAE over ..." -> "Value-based credit").
 TITLES = {
     "_groups": "Grouping",
     "_outcome": "Outcome advantages: GRPO, Dr. GRPO, RLOO, GDPO",
@@ -55,9 +56,19 @@ def public_names_by_module(init: pathlib.Path = INIT) -> dict[str, list[str]]:
     return dict(by_module)
 
 
+def title(module: str) -> str:
+    if module in TITLES:
+        return TITLES[module]
+    path = INIT.parent / f"{module}.py"
+    if not path.exists():
+        path = INIT.parent / module / "__init__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text())) if path.exists() else None
+    return doc.splitlines()[0].split(":")[0].rstrip(".") if doc else module.strip("_")
+
+
 def page(module: str, names: list[str]) -> str:
-    title = TITLES.get(module, module.strip("_"))
-    lines = [f"# {title}", ""]
+    title_ = title(module)
+    lines = [f"# {title_}", ""]
     if module in PUBLIC_MODULES:
         lines += [f"::: credax.{module}", "    options:", "      show_root_heading: false",
                   "      show_root_toc_entry: false", ""]
