@@ -4,7 +4,7 @@ The critic's side of PPO, in the same data model as the rest of credax:
 
 * One row is one trajectory, the timestep axis is last: ``[B, T]`` tokens or ``[B, K]`` turns.
   The recursion runs along a row only, so it never crosses an episode boundary (there is no
-  packing of several episodes into one row, SPEC §0).
+  packing of several episodes into one row: see the conventions).
 * ``mask`` marks the timesteps; masked positions are *skipped*, not zero-rewarded steps: they
   neither contribute nor consume a discount step, and the value after a step is the value at the
   next valid step (verl and AReaL skip prompt/observation tokens the same way). Values there

@@ -6,7 +6,7 @@ real turns; valid turns form a prefix of each row (``validate_turns`` rejects a 
 function here treats masked entries as absent whatever they hold (NaN and inf included) and returns
 exactly ``0`` there. Credit is computed in turn space and only then scattered to tokens through an
 explicit ``token_turn`` map — never by scanning token masks, which is how peers lost rewards across
-tool-observation spans (user-issues #23).
+tool-observation spans (verl-project/verl#7278).
 
 All scans are ``lax.scan`` over the turn axis: no Python loop over turns.
 """
