@@ -4,7 +4,8 @@ Every public name of ``credax`` is re-exported by ``src/credax/__init__.py`` wit
 ``from ._module import name as name``; this hook reads those lines (statically, with ``ast``) and
 writes ``api/<module>.md`` with the module's docstring and one ``::: credax.<name>`` block per name,
 so a name added to the package appears in the reference without editing the docs. The public
-submodules (``credax.presets``, ``credax.nnx``, ``credax.testing``) get a page each.
+submodules (``credax.presets``, ``credax.nnx``, ``credax.testing``, ``credax.torch``) get a page
+each.
 
 It also serves a few committed files from outside ``docs/`` at their repository paths (the
 benchmark plots, the notebooks), so a page links them as ``../benchmarks/results/speed-cpu.png``
@@ -37,8 +38,10 @@ TITLES = {
     "presets": "Parity presets (credax.presets)",
     "nnx": "Flax NNX wrapper (credax.nnx)",
     "testing": "Property testing (credax.testing)",
+    "torch": "Torch bridge (credax.torch)",
 }
-PUBLIC_MODULES = ("presets", "nnx", "testing")
+# Public submodules: a page each (``import credax.testing`` / ``credax.torch`` are explicit imports).
+PUBLIC_MODULES = ("presets", "nnx", "testing", "torch")
 ASSETS = ("benchmarks/results/*.png", "benchmarks/results/*.json",
           "benchmarks/quality/results/*.png", "benchmarks/quality/results/*.json",
           "notebooks/*.ipynb")

@@ -205,6 +205,7 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     """
     if isinstance(group_ids, Groups):
         return group_ids
+    _checks.reject_torch(group_ids, "group_ids", "groups")
     group_ids = _replicate_explicit(group_ids)
     host = _concrete_numpy(group_ids)
     if host is not None:
@@ -283,6 +284,10 @@ def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, 
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            for name, value in zip(params, args, strict=False):  # before jit's generic error
+                _checks.reject_torch(value, name, fn.__name__)
+            for name, value in kwargs.items():
+                _checks.reject_torch(value, name, fn.__name__)
             if positions:
                 # Only grouped functions scatter rows into per-group tables; row-wise functions
                 # (turn scans, losses) keep their batch sharding.
