@@ -5,8 +5,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
+TEST_STAMP  := $(VENV)/.installed-test
+VERL_PIN    := verl==0.9.1
 
-.PHONY: test demo bench lint clean
+.PHONY: test demo bench lint clean docs docs-serve notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +22,14 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-test: $(STAMP)
+# The suite also tests credax.torch and credax.verl against the real torch and verl: the torch and
+# verl extras, then verl itself without its declared (heavy, GPU-training) dependencies.
+$(TEST_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,torch,verl]'
+	$(PY) -m pip install --quiet --no-deps '$(VERL_PIN)'
+	touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile
 
 demo: $(STAMP)
@@ -33,7 +42,19 @@ bench: $(BENCH_STAMP)
 	GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $(PY) -m benchmarks.speed $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks examples notebooks/_build.py
+	$(PY) -m ruff check src tests benchmarks examples notebooks/build.py notebooks/src docs/hooks
+
+# The documentation site (mkdocs.yml; API pages generated from the docstrings) into site/.
+# --strict: a broken link, a missing include or a docstring that disagrees with its signature fails.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(PY) -m mkdocs serve
+
+# The notebooks are built from their plain-Python sources (notebooks/src/*.py, percent format).
+notebooks: $(STAMP)
+	$(PY) notebooks/build.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

@@ -15,7 +15,7 @@ Assumptions, stated once:
 * Statistics are computed on values shifted by the group maximum (a member of the set), so a set
   whose valid values are all identical has shifted values exactly ``0``: its centred output is
   exactly ``0`` whatever ``eps`` is and no float residue is ever amplified (the ``std ≈ 1e-7``
-  failure of one-pass variances, user-issues #3). The variance is a centred two-pass sum of
+  failure of one-pass variances, NVIDIA-NeMo/RL#1518). The variance is a centred two-pass sum of
   squares of the shifted values.
 
 Grouping is computed once (:func:`groups`) and reused: the expensive part is turning arbitrary ids
@@ -205,6 +205,7 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     """
     if isinstance(group_ids, Groups):
         return _check_groups(group_ids)
+    _checks.reject_torch(group_ids, "group_ids", "groups")
     group_ids = _replicate_explicit(group_ids)
     host = _concrete_numpy(group_ids)
     if host is not None:
@@ -303,6 +304,10 @@ def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, 
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            for name, value in zip(params, args, strict=False):  # before jit's generic error
+                _checks.reject_torch(value, name, fn.__name__)
+            for name, value in kwargs.items():
+                _checks.reject_torch(value, name, fn.__name__)
             if positions:
                 # Only grouped functions scatter rows into per-group tables; row-wise functions
                 # (turn scans, losses) keep their batch sharding.

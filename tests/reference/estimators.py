@@ -1,0 +1,164 @@
+"""Slow NumPy float64 loop references for the estimators of issue 15: GAE, value loss, HGPO,
+shrinkage baselines, rollout importance sampling, entropy and credit diagnostics.
+
+Written from the formulas in the credax docstrings, one row (or one group) at a time with plain
+Python loops over explicit index lists. Values at masked positions are never read. Nothing here
+imports credax or JAX.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# GAE and the value loss
+# --------------------------------------------------------------------------------------------
+
+
+def gae(rewards, values, mask, *, gamma=1.0, lam=1.0, bootstrap=None):
+    """Row by row over the list of valid steps: δ_j = r_j + γ V_{j+1} - V_j, A_j = δ_j + γλ A_{j+1}."""
+    r, v, m = _f64(rewards), _f64(values), np.asarray(mask, bool)
+    batch, n = r.shape
+    lam = np.broadcast_to(_f64(lam), (batch,))
+    gamma = np.broadcast_to(_f64(gamma), (batch,))
+    boot = np.zeros(batch) if bootstrap is None else _f64(bootstrap)
+    adv, ret = np.zeros((batch, n)), np.zeros((batch, n))
+    for b in range(batch):
+        steps = [t for t in range(n) if m[b, t]]
+        next_adv, next_value = 0.0, boot[b]
+        for t in reversed(steps):
+            delta = r[b, t] + gamma[b] * next_value - v[b, t]
+            a = delta + gamma[b] * lam[b] * next_adv
+            adv[b, t], ret[b, t] = a, a + v[b, t]
+            next_adv, next_value = a, v[b, t]
+    return adv, ret
+
+
+def turn_values(values, token_turn, num_turns, token_mask=None):
+    v, tt = _f64(values), np.asarray(token_turn)
+    batch, length = tt.shape
+    tm = np.ones(tt.shape, bool) if token_mask is None else np.asarray(token_mask, bool)
+    out, has = np.zeros((batch, num_turns)), np.zeros((batch, num_turns), bool)
+    for b in range(batch):
+        for k in range(num_turns):
+            tokens = [t for t in range(length) if tm[b, t] and tt[b, t] == k]
+            if tokens:
+                out[b, k], has[b, k] = v[b, tokens[0]], True
+    return out, has
+
+
+def turn_gae(turn_rewards, values, token_turn, turn_mask, *, gamma=1.0, lam=1.0, bootstrap=None,
+             token_mask=None):
+    num_turns = np.asarray(turn_mask).shape[1]
+    tv, has = turn_values(values, token_turn, num_turns, token_mask)
+    steps = np.asarray(turn_mask, bool) & has
+    adv, ret = gae(np.where(steps, _f64(turn_rewards), 0.0), tv, steps, gamma=gamma, lam=lam,
+                   bootstrap=bootstrap)
+    return adv, ret, np.where(steps, tv, 0.0)
+
+
+def vapo_lambda(mask, alpha):
+    out = []
+    for row in np.asarray(mask, bool):
+        length = int(row.sum())
+        out.append(0.0 if length == 0 else max(0.0, 1.0 - 1.0 / (alpha * length)))
+    return np.array(out)
+
+
+def value_loss(values, old_values, returns, mask, clip):
+    """token-mean aggregation: ½ · mean over valid steps of max(unclipped, clipped)."""
+    v, old, ret, m = _f64(values), _f64(old_values), _f64(returns), np.asarray(mask, bool)
+    losses, took = [], []
+    for b, t in zip(*np.nonzero(m), strict=True):
+        un = (v[b, t] - ret[b, t]) ** 2
+        if clip is None:
+            losses.append(un)
+            took.append(False)
+            continue
+        vc = min(max(v[b, t], old[b, t] - clip), old[b, t] + clip)
+        cl = (vc - ret[b, t]) ** 2
+        losses.append(max(un, cl))
+        took.append(cl > un)
+    if not losses:
+        return 0.0, 0.0
+    return 0.5 * math.fsum(losses) / len(losses), sum(took) / len(took)
+
+
+# --------------------------------------------------------------------------------------------
+# HGPO
+# --------------------------------------------------------------------------------------------
+
+
+def discounted_returns(step_rewards, turn_mask, gamma):
+    s, m = _f64(step_rewards), np.asarray(turn_mask, bool)
+    out = np.zeros(s.shape)
+    for b in range(s.shape[0]):
+        running = 0.0
+        for t in reversed(range(s.shape[1])):
+            if m[b, t]:
+                running = s[b, t] + gamma * running
+                out[b, t] = running
+    return out
+
+
+def _normalised(vals, own, ddof, scale, eps):
+    n = len(vals)
+    if n <= 1 or n - ddof <= 0 or max(vals) == min(vals):
+        return 0.0
+    mu = math.fsum(vals) / n
+    if not scale:
+        return own - mu
+    sd = math.sqrt(math.fsum((v - mu) ** 2 for v in vals) / (n - ddof))
+    return (own - mu) / (sd + eps)
+
+
+def hgpo(outcome, step_rewards, anchors, turn_mask, group_ids, *, history, gamma, alpha,
+         episode_group=False, episode_pooling="trajectory", episode_singleton="zero", scale=True,
+         ddof=0, eps=1e-6):
+    """Loop form of credax.hgpo_advantages: explicit member lists per (step, level)."""
+    m, a = np.asarray(turn_mask, bool), np.asarray(anchors)
+    ids = [int(i) for i in np.asarray(group_ids)]
+    r = _f64(outcome)
+    g = discounted_returns(step_rewards, m, gamma)
+    batch, num_turns = m.shape
+    levels = np.zeros((batch, num_turns, history + 2))
+    inform = np.zeros((batch, num_turns, history + 2), bool)
+    rows_with_turns = [b for b in range(batch) if m[b].any()]
+    for i in range(batch):
+        for t in range(num_turns):
+            if not m[i, t]:
+                continue
+            if episode_group:
+                if episode_pooling == "trajectory":
+                    vals = [r[j] for j in rows_with_turns if ids[j] == ids[i]]
+                else:
+                    vals = [r[j] for j in rows_with_turns if ids[j] == ids[i] for s in range(num_turns)
+                            if m[j, s]]
+                if len(vals) == 1:
+                    e = r[i] if episode_singleton == "raw" else 0.0
+                else:
+                    e = _normalised(vals, r[i], 1, scale, eps)
+                levels[i, t, 0], inform[i, t, 0] = e, e != 0
+            for k in range(1, history + 2):
+                if t < k - 1 or not all(m[i, t - q] for q in range(k)):
+                    continue
+                key = [a[i, t - q] for q in range(k)]
+                vals = [g[j, s] for j in range(batch) for s in range(k - 1, num_turns)
+                        if ids[j] == ids[i] and all(m[j, s - q] for q in range(k))
+                        and [a[j, s - q] for q in range(k)] == key]
+                v = _normalised(vals, g[i, t], ddof, scale, eps)
+                levels[i, t, k], inform[i, t, k] = v, v != 0
+    w = (np.arange(history + 2) + 1.0) ** alpha
+    adv = np.zeros((batch, num_turns))
+    for i, t in zip(*np.nonzero(m), strict=True):
+        sel = inform[i, t]
+        if sel.any():
+            adv[i, t] = float((w[sel] * levels[i, t, sel]).sum() / (w[sel].sum() + eps))
+    return adv, levels, inform
