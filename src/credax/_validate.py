@@ -55,7 +55,7 @@ def check_group_ids(group_ids, batch: int) -> None:
     from ._groups import Groups
 
     if isinstance(group_ids, Groups):
-        # Already dense segment indices (SPEC: every `group_ids` argument accepts a Groups).
+        # Already dense segment indices: every `group_ids` argument accepts a Groups.
         index = host_array(group_ids.index, "group_ids.index")
         if index.shape != (batch,):
             raise ValueError(f"`group_ids` (a Groups) must have index shape [B] = ({batch},); "
