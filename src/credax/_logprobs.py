@@ -18,12 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import jit_public
-
-
-def _select(mask: jax.Array, x: jax.Array) -> jax.Array:
-    return jnp.where(mask, x, jnp.zeros_like(x))
-
+from ._api import jit_public
 
 # --------------------------------------------------------------------------------------------
 # Token log-probabilities.
@@ -102,7 +97,7 @@ def _picked_logprobs(logits: jax.Array, tokens: jax.Array, mask: jax.Array | Non
     lp = core(logits, safe, valid).astype(dtype)
     # An out-of-range token on a real position is a data bug: keep it visible as NaN.
     lp = jnp.where(in_range, lp, jnp.full_like(lp, jnp.nan))
-    return lp if mask is None else _select(mask, lp)
+    return lp if mask is None else _checks.select(mask, lp)
 
 
 def _check_tokens(tokens, shape, name: str = "tokens") -> jax.Array:
