@@ -38,8 +38,15 @@ ESTIMATORS = {
 }
 
 
+# Issue 16's rollouts plumbing (documented in docs/guides/rollouts.md), listed by hand.
+ROLLOUTS = {
+    "rollouts", "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
+    "RolloutLayout",
+}
+
+
 def test_public_names_match_spec():
-    assert set(credax.__all__) == SPEC_NAMES | ADDITIONS | ESTIMATORS
+    assert set(credax.__all__) == SPEC_NAMES | ADDITIONS | ESTIMATORS | ROLLOUTS
 
 
 def test_every_name_resolves():

@@ -16,7 +16,7 @@
 # produce the same file on a GPU or TPU.
 #
 # Runs on CPU in well under a minute (`credax.testing` needs `hypothesis`:
-# `pip install 'credax[testing]'`).
+# `pip install '/path/to/credax[testing]'` from a clone, or `pip install hypothesis`).
 
 # %%
 import json

@@ -12,6 +12,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
+* ``rollouts``  ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
   explicitly, it needs hypothesis) strategies and invariant checkers for your own credit code.
 """
@@ -77,6 +78,13 @@ from ._turns import discounted_returns as discounted_returns
 from ._turns import future_best as future_best
 from ._turns import turn_surprisal as turn_surprisal
 from ._validate import validate_turns as validate_turns
+from .rollouts import Buckets as Buckets
+from .rollouts import PaddedRollouts as PaddedRollouts
+from .rollouts import Rollout as Rollout
+from .rollouts import RolloutBatch as RolloutBatch
+from .rollouts import RolloutLayout as RolloutLayout
+from .rollouts import Turn as Turn
+from .rollouts import pad_rollouts as pad_rollouts
 
 __version__ = "0.1.0"
 

@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping
 import jax
 import numpy as np
 
+from . import _checks
+
 
 def concrete_numpy(x) -> np.ndarray | None:
     """``x`` as a NumPy array when it is a host value, ``None`` when it is traced or a JAX array.
@@ -131,6 +133,10 @@ def jit_public(
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            for name, value in zip(params, args, strict=False):  # before jit's generic error
+                _checks.reject_torch(value, name, fn.__name__)
+            for name, value in kwargs.items():
+                _checks.reject_torch(value, name, fn.__name__)
             if check is not None:
                 bound = signature.bind(*args, **kwargs)
                 bound.apply_defaults()

@@ -188,6 +188,7 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     """
     if isinstance(group_ids, Groups):
         return group_ids
+    _checks.reject_torch(group_ids, "group_ids", "groups")
     group_ids = _api.replicate_explicit(group_ids)
     host = _api.concrete_numpy(group_ids)
     if host is not None:
