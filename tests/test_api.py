@@ -35,6 +35,8 @@ ESTIMATORS = {
     # value-based credit
     "gae_advantages", "GAE", "turn_gae_advantages", "TurnGAE", "turn_values", "TurnValues",
     "vapo_lambda", "value_loss", "ValueLoss",
+    # hierarchical history groups
+    "hgpo_advantages", "HGPO",
 }
 
 

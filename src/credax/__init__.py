@@ -8,6 +8,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
 * ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
 * ``_stepwise`` MT-GRPO and GiGPO baselines
+* ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
@@ -36,6 +37,8 @@ from ._groups import group_mean as group_mean
 from ._groups import group_normalize as group_normalize
 from ._groups import groups as groups
 from ._groups import peer_mean as peer_mean
+from ._hgpo import HGPO as HGPO
+from ._hgpo import hgpo_advantages as hgpo_advantages
 from ._logprobs import token_logprobs as token_logprobs
 from ._logprobs import token_logprobs_from_hidden as token_logprobs_from_hidden
 from ._losses import PolicyLoss as PolicyLoss
