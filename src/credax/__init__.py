@@ -14,6 +14,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
+* ``readers``   rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
 * ``rollouts``  ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
   explicitly, it needs hypothesis) strategies and invariant checkers for your own credit code.
@@ -85,6 +86,9 @@ from ._turns import discounted_returns as discounted_returns
 from ._turns import future_best as future_best
 from ._turns import turn_surprisal as turn_surprisal
 from ._validate import validate_turns as validate_turns
+from .readers import RolloutFormatError as RolloutFormatError
+from .readers import read_rollouts as read_rollouts
+from .readers import write_rollouts as write_rollouts
 from .rollouts import Buckets as Buckets
 from .rollouts import PaddedRollouts as PaddedRollouts
 from .rollouts import Rollout as Rollout
