@@ -40,8 +40,12 @@ TITLES = {
     "testing": "Property testing (credax.testing)",
     "torch": "Torch bridge (credax.torch)",
 }
-# Public submodules: a page each (``import credax.testing`` / ``credax.torch`` are explicit imports).
-PUBLIC_MODULES = ("presets", "nnx", "testing", "torch")
+# Public submodules (no leading underscore: presets, nnx, testing, torch, ...) get a page each.
+PUBLIC_MODULES = tuple(sorted(
+    p.stem if p.is_file() else p.name
+    for p in INIT.parent.iterdir()
+    if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file())
+))
 ASSETS = ("benchmarks/results/*.png", "benchmarks/results/*.json",
           "benchmarks/quality/results/*.png", "benchmarks/quality/results/*.json",
           "notebooks/*.ipynb")
@@ -93,8 +97,7 @@ def api_pages() -> dict[str, str]:
             continue  # `from . import presets as presets`: its own page below
         pages[f"api/{module.strip('_')}.md"] = page(module, names)
     for module in PUBLIC_MODULES:
-        if (INIT.parent / f"{module}.py").exists() or (INIT.parent / module).is_dir():
-            pages[f"api/{module}.md"] = page(module, [])
+        pages[f"api/{module}.md"] = page(module, [])
     index = ["# API reference", "",
              "Generated from the docstrings. Every public function is re-exported by `credax`; "
              "the pages follow the modules the code lives in.", ""]
