@@ -40,13 +40,15 @@ ESTIMATORS = {
     "vapo_lambda", "value_loss", "ValueLoss",
     # hierarchical history groups
     "hgpo_advantages", "HGPO",
+    # shrinkage baselines
+    "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
 }
 
 
 # Issue 16's rollouts plumbing (documented in docs/guides/rollouts.md), listed by hand.
 ROLLOUTS = {
     "rollouts", "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
-    "RolloutLayout",
+    "RolloutLayout", "readers", "read_rollouts", "write_rollouts", "RolloutFormatError",
 }
 
 
