@@ -35,6 +35,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _api, _checks
+from ._api import NON_NEGATIVE, check_values
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -251,14 +252,34 @@ def groups_from_keys(*keys: jax.Array, valid: jax.Array | None = None) -> Groups
     return Groups(_representatives(tuple(keys), valid), keys[0].shape[0])
 
 
-def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None):
+def host_state_ids(ids):
+    """Anchor / state ids as given, except host 64-bit ids beyond int32 without x64: densified.
+
+    Only equality of ids matters, so ``np.unique``'s inverse (exact on the host) keeps every
+    distinction JAX's int32 cast would lose (and a Python list of such ids no longer overflows).
+    """
+    host = _api.concrete_numpy(ids)
+    if host is None or host.dtype == object or not np.issubdtype(host.dtype, np.integer):
+        return ids
+    if (host.dtype.itemsize > 4 and host.size and not jax.config.jax_enable_x64
+            and (host.min() < _INT32_MIN or host.max() > _INT32_MAX)):
+        _, inverse = np.unique(host, return_inverse=True)
+        return inverse.reshape(host.shape).astype(np.int32)
+    return host
+
+
+def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: bool = False):
     """:func:`credax._api.jit_public` for functions taking ``group_ids``: ids → ``Groups`` first.
 
     The ids are converted by :func:`groups` outside the compiled function, so raw ids and a
     precomputed ``Groups`` hit the same compiled program, and concrete 64-bit ids are checked on
     the host. ``None`` passes through (an optional grouping, as in ``select_top_surprisal``).
+    ``anchors=True``: ``anchor_ids`` too are densified exactly on the host (:func:`host_state_ids`).
     """
-    return _api.jit_public(static_argnames=static_argnames, convert={"group_ids": groups}, check=check)
+    convert = {"group_ids": groups}
+    if anchors:
+        convert["anchor_ids"] = host_state_ids
+    return _api.jit_public(static_argnames=static_argnames, convert=convert, check=check)
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,7 +471,10 @@ def normalize_with_groups(
     return jnp.where(mask, out, jnp.zeros_like(out))
 
 
-@jit_grouped(static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"))
+@jit_grouped(
+    static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"),
+    check=check_values(eps=NON_NEGATIVE),
+)
 def group_normalize(
     x: Float[Array, "B *rest"],
     group_ids: Int[Array, " B"] | Groups,

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import check_concrete, jit_public
+from ._api import POSITIVE, check_concrete, check_values, jit_public
 from ._turns import check_token_turn, gather_turns
 
 AGG_MODES = (
@@ -62,8 +62,10 @@ def _token_array(x, name: str, shape, dtype) -> jax.Array:
 
 
 def check_normalizer(normalizer) -> None:
-    check_concrete(normalizer, "normalizer", lambda v: v >= 0,
-                   "be a non-negative token or sequence count")
+    # A concrete count of 0 (or inf) is a bug upstream; a traced 0 (a psum over empty masks)
+    # still gives loss 0 with a zero gradient.
+    check_concrete(normalizer, "normalizer", lambda v: v > 0 and math.isfinite(v),
+                   "be a positive, finite token or sequence count")
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,7 +130,7 @@ def _kl_estimate(delta: jax.Array, estimator: str) -> jax.Array:
     return _k3_kernel(x)
 
 
-@jit_public(static_argnames=("estimator",))
+@jit_public(static_argnames=("estimator",), check=check_values(clamp=POSITIVE))
 def kl_divergence(
     logp: Float[Array, "*shape"],
     ref_logp: Float[Array, "*shape"],
@@ -269,7 +271,8 @@ def aggregate(
     GRPO pass a constant such as ``num_sequences × max_response_length`` (TRL ``dr_grpo``:
     ``B × max_completion_length``; verl: ``global_batch_size × loss_scale_factor``).
 
-    Fully masked rows do not count as sequences. An empty mask (or a zero normalizer) gives ``0``
+    Fully masked rows do not count as sequences. An empty mask (or a traced zero normalizer, e.g.
+    a ``psum`` over empty masks) gives ``0``
     with a zero, finite gradient.
 
     Args:
@@ -285,7 +288,8 @@ def aggregate(
 
     Raises:
       ValueError: unknown ``mode``; ``normalizer`` missing for ``seq-mean-token-sum-norm`` or given
-        for ``token-sum``; a concrete negative ``normalizer``; ``values`` not ``[B, T]``.
+        for ``token-sum``; a concrete ``normalizer`` that is not positive and finite; ``values``
+        not ``[B, T]``.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -364,7 +368,21 @@ def _check_policy_args(a) -> None:
         check_concrete(a["dual_clip"], "dual_clip", lambda v: v > 1,
                        "be > 1 (it caps the ratio of negative-advantage tokens; "
                        "`dual_clip=None` disables it)")
-    coef = check_concrete(a["kl_coef"], "kl_coef", lambda v: v >= 0, "be >= 0")
+    coef = check_concrete(a["kl_coef"], "kl_coef", lambda v: v >= 0 and math.isfinite(v),
+                          "be >= 0 and finite")
+    if a["kl_clamp"] is not None:
+        check_concrete(a["kl_clamp"], "kl_clamp", lambda v: v > 0, "be > 0 (or None)")
+    clamp = a["log_ratio_clamp"]
+    if isinstance(clamp, tuple | list):
+        if len(clamp) != 2:
+            raise ValueError(f"`log_ratio_clamp` must be a bound c or a pair (lo, hi); got {clamp!r}.")
+        lo = check_concrete(clamp[0], "log_ratio_clamp", lambda v: v < 0,
+                            "be (lo, hi) with lo < 0 < hi (lo may be -inf)")
+        hi = check_concrete(clamp[1], "log_ratio_clamp", lambda v: v > 0,
+                            "be (lo, hi) with lo < 0 < hi (hi may be inf)")
+        del lo, hi
+    else:
+        check_concrete(clamp, "log_ratio_clamp", lambda v: v > 0, "be > 0")
     if a["ref_logp"] is None and coef is not None and coef != 0:
         raise ValueError(
             f"`kl_coef={coef}` needs `ref_logp` (the reference policy's log-probs of the same "
@@ -499,7 +517,9 @@ def policy_loss(
     Raises:
       ValueError: unknown ``agg``/``kl_estimator``/``ratio``; ``clip_low`` outside ``(0, 1)``,
         ``clip_high <= 0``, ``dual_clip <= 1``, ``kl_coef < 0``, ``kl_coef != 0`` without
-        ``ref_logp`` (concrete values); missing ``normalizer`` for ``seq-mean-token-sum-norm``;
+        ``ref_logp``, a ``normalizer`` that is not positive and finite, ``kl_clamp <= 0``, a
+        ``log_ratio_clamp`` that does not contain 0 (concrete values of any type: Python, NumPy or
+        JAX; NaN fails every check); missing ``normalizer`` for ``seq-mean-token-sum-norm``;
         mismatched shapes.
       TypeError: non-boolean ``mask``, non-integer ``token_turn``.
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
+from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
@@ -25,7 +26,10 @@ from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_t
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
 
-@jit_grouped(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(
+    static_argnames=NORMALIZE_STATIC,
+    check=check_values(turn_coef=FINITE, eps=NON_NEGATIVE),
+)
 def mt_grpo_advantages(
     turn_rewards: Float[Array, "B K"],
     outcome_rewards: Float[Array, " B"],
@@ -116,7 +120,11 @@ def mt_grpo_advantages(
 
 
 
-@jit_grouped(static_argnames=("scale",))
+@jit_grouped(
+    static_argnames=("scale",),
+    anchors=True,
+    check=check_values(gamma=UNIT, omega=FINITE, eps=NON_NEGATIVE),
+)
 def gigpo_advantages(
     outcome_rewards: Float[Array, " B"],
     step_rewards: Float[Array, "B K"],

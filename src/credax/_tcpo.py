@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import jit_public
+from ._api import FINITE, NON_NEGATIVE, UNIT, check_values, jit_public
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
@@ -190,7 +190,10 @@ def _check_alternatives(alt_scores, alt_mask, batch_turns, name="alt_scores"):
 # --------------------------------------------------------------------------------------------
 
 
-@jit_public()
+@jit_public(
+    check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
+                       regression_weight=FINITE, initial=FINITE),
+)
 def retrospective_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -262,7 +265,7 @@ def retrospective_credit(
     return _cast(out, out_dtype)
 
 
-@jit_grouped()
+@jit_grouped(check=check_values(success_threshold=FINITE, initial=FINITE))
 def hindsight_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -475,7 +478,12 @@ def select_top_surprisal(
     return jnp.zeros((n,), bool).at[order].set(keep).reshape(batch, turns)
 
 
-@jit_grouped(static_argnames=("normalize",) + NORMALIZE_STATIC)
+@jit_grouped(
+    static_argnames=("normalize",) + NORMALIZE_STATIC,
+    check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
+                       regression_weight=FINITE, hindsight_weight=FINITE, counterfactual_weight=FINITE,
+                       initial=FINITE, gamma=UNIT, eps=NON_NEGATIVE),
+)
 def tcpo_advantages(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -656,7 +664,7 @@ def raw_score_credit(
     return jnp.where(mask, s, jnp.zeros_like(s)).astype(out_dtype)
 
 
-@jit_public()
+@jit_public(check=check_values(initial=FINITE))
 def adjacent_delta_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],

@@ -44,7 +44,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import jit_public
+from ._api import FINITE, NON_NEGATIVE, check_values, jit_public
 from ._groups import Groups, normalize_with_groups, segment_stats
 from ._validate import check_bool_mask, check_prefix_mask, host_array
 
@@ -162,7 +162,7 @@ def role_credit(
     return credit.astype(_checks.output_dtype(c_raw.dtype))
 
 
-@jit_public(static_argnames=("whiten",))
+@jit_public(static_argnames=("whiten",), check=check_values(lam=FINITE, whiten_eps=NON_NEGATIVE))
 def triage_advantages(
     outcome_advantages: Float[Array, " B"],
     roles: Int[Array, "B K"],
@@ -249,7 +249,7 @@ def triage_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public()
+@jit_public(check=check_values(lam=FINITE))
 def scalar_process_advantages(
     outcome_advantages: Float[Array, " B"],
     process_rewards: Float[Array, "B K"],

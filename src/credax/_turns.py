@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import jit_public
+from ._api import FINITE, UNIT, check_values, jit_public
 
 
 def prepare_turns(scores, turn_mask, name: str = "scores"):
@@ -71,7 +71,7 @@ def discount_powers(num_turns: int, gamma: jax.Array) -> jax.Array:
     return jnp.where(k == 0, jnp.ones((), gamma.dtype), gamma ** k.astype(gamma.dtype))
 
 
-@jit_public()
+@jit_public(check=check_values(initial=FINITE))
 def best_prior(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -144,7 +144,7 @@ def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[A
     return discount_powers(num_turns, gamma)
 
 
-@jit_public()
+@jit_public(check=check_values(gamma=UNIT))
 def discounted_returns(
     rewards: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
