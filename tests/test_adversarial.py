@@ -833,7 +833,8 @@ for _label, _fn, _arg, _bad, _extra in HYPER_CASES:
     for _kind, _make in KINDS.items():
 
         def _p(fn=_fn, arg=_arg, bad=_bad, extra=_extra, make=_make):
-            raises(ValueError, f"`{arg}`", fn, Z22, Z22, R2, M22, **{arg: make(bad)}, **extra)
+            # the message names the argument (`kl_coef=0.1` needs `ref_logp` names it too)
+            raises(ValueError, f"`{arg}[`=]", fn, Z22, Z22, R2, M22, **{arg: make(bad)}, **extra)
 
         probe(f"c3_policy_loss_{_label}_{_kind}")(_p)
 

@@ -162,6 +162,7 @@ def jit_public(
     static_argnames: tuple[str, ...] = (),
     convert: Mapping[str, Callable] | None = None,
     check: Callable[[Mapping], None] | None = None,
+    replicate: bool = False,
 ):
     """Decorator for public functions: ``jax.jit`` with static options, host work before tracing.
 
@@ -173,6 +174,10 @@ def jit_public(
         tables need it; row-wise functions (turn scans, losses) keep their batch sharding.
       check: called with the bound arguments (defaults applied) before anything else; raises on a
         concrete value out of range (see :func:`concrete_float`).
+      replicate: replicate Explicit-mesh-sharded array arguments even without ``convert``: for
+        functions whose gathers, scatters or scan carries cannot resolve an explicit sharding
+        (turn scans, role tables, judge windows, per-turn token reductions). Their inputs are
+        ``[B, K]`` turn tensors or one ``[B, T]`` reduction, small next to the loss's.
 
     The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation) and
     ``public_options`` (these three arguments), so a test can rebuild the same entry around an
@@ -198,7 +203,7 @@ def jit_public(
                 check(bound.arguments)
             if static_argnames:
                 args, kwargs = _static_python(params, static_argnames, args, kwargs)
-            if positions:
+            if positions or replicate:
                 args, kwargs = jax.tree_util.tree_map(replicate_explicit, (args, kwargs))
                 args = list(args)
                 for name, pos in positions.items():
@@ -210,7 +215,8 @@ def jit_public(
             return jitted(*args, **kwargs)
 
         wrapper.jitted = jitted
-        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check)
+        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check,
+                                      replicate=replicate)
         return wrapper
 
     return decorate

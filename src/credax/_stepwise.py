@@ -162,9 +162,10 @@ def gigpo_advantages(
         does). Values at padded turns never matter (NaN included).
       anchor_ids: ``int[B, K]`` id of the state each step acted on — the caller's hash of the
         observation (e.g. ``hash(text) & 0x7FFFFFFF``, or ``np.unique(obs, return_inverse=True)``
-        per batch). Equal ids mean the same state; only equality matters, within a prompt. Keep ids
-        in int32 (or enable x64): without x64, JAX truncates 64-bit ids before credax sees them,
-        which could merge two states. Values at padded turns are ignored.
+        per batch). Equal ids mean the same state; only equality matters, within a prompt. Host
+        (NumPy, list) 64-bit ids are densified exactly before JAX sees them; a JAX array made
+        from 64-bit ids without x64 was truncated already and could merge two states, so pass
+        host ids. Values at padded turns are ignored.
       turn_mask: ``bool[B, K]`` real steps.
       group_ids: ``int[B]`` prompt (task, initial state) of each trajectory, or a ``Groups``.
       gamma: step discount ``γ``; may be traced. GiGPO uses 0.95.

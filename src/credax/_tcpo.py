@@ -193,6 +193,7 @@ def _check_alternatives(alt_scores, alt_mask, batch_turns, name="alt_scores"):
 @jit_public(
     check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
                        regression_weight=FINITE, initial=FINITE),
+    replicate=True,
 )
 def retrospective_credit(
     scores: Float[Array, "B K"],
@@ -335,7 +336,7 @@ def hindsight_credit(
     return _cast(_hindsight(s, mask, group_ids, retro, threshold=threshold), out_dtype)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def counterfactual_credit(
     scores: Float[Array, "B K"],
     alt_scores: Float[Array, "B K M"],
@@ -638,7 +639,7 @@ def tcpo_advantages(
     return _cast(TCPO(advantages, credit, retro, hind, counter), out_dtype)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def raw_score_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -664,7 +665,7 @@ def raw_score_credit(
     return jnp.where(mask, s, jnp.zeros_like(s)).astype(out_dtype)
 
 
-@jit_public(check=check_values(initial=FINITE))
+@jit_public(check=check_values(initial=FINITE), replicate=True)
 def adjacent_delta_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],

@@ -120,7 +120,7 @@ def _credit(roles: jax.Array, labelled: jax.Array, c: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------
 
 
-@jit_public()
+@jit_public(replicate=True)
 def role_credit(
     roles: Int[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -162,7 +162,10 @@ def role_credit(
     return credit.astype(_checks.output_dtype(c_raw.dtype))
 
 
-@jit_public(static_argnames=("whiten",), check=check_values(lam=FINITE, whiten_eps=NON_NEGATIVE))
+@jit_public(
+    static_argnames=("whiten",), check=check_values(lam=FINITE, whiten_eps=NON_NEGATIVE),
+    replicate=True,
+)
 def triage_advantages(
     outcome_advantages: Float[Array, " B"],
     roles: Int[Array, "B K"],
@@ -249,7 +252,7 @@ def triage_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public(check=check_values(lam=FINITE))
+@jit_public(check=check_values(lam=FINITE), replicate=True)
 def scalar_process_advantages(
     outcome_advantages: Float[Array, " B"],
     process_rewards: Float[Array, "B K"],
@@ -321,7 +324,7 @@ class RoleFit(NamedTuple):
     counts: jax.Array  # int32[4]: labelled valid turns of each role
 
 
-@jit_public()
+@jit_public(replicate=True)
 def fit_role_constants(
     residuals: Float[Array, "B K"],
     roles: Int[Array, "B K"],
@@ -380,7 +383,7 @@ def fit_role_constants(
     return RoleFit(mean.astype(out_dtype), counts)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def optimal_mixing_weight(
     residuals: Float[Array, "B K"],
     roles: Int[Array, "B K"],
@@ -439,7 +442,7 @@ class Windows(NamedTuple):
     valid: jax.Array  # bool[B, K, before + 1 + after]
 
 
-@jit_public(static_argnames=("before", "after"))
+@jit_public(static_argnames=("before", "after"), replicate=True)
 def judge_windows(
     turn_mask: Bool[Array, "B K"],
     *,

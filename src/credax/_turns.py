@@ -71,7 +71,7 @@ def discount_powers(num_turns: int, gamma: jax.Array) -> jax.Array:
     return jnp.where(k == 0, jnp.ones((), gamma.dtype), gamma ** k.astype(gamma.dtype))
 
 
-@jit_public(check=check_values(initial=FINITE))
+@jit_public(check=check_values(initial=FINITE), replicate=True)
 def best_prior(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -103,7 +103,7 @@ def best_prior(
     return jnp.where(turn_mask, m, 0).astype(out_dtype)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def future_best(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -144,7 +144,7 @@ def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[A
     return discount_powers(num_turns, gamma)
 
 
-@jit_public(check=check_values(gamma=UNIT))
+@jit_public(check=check_values(gamma=UNIT), replicate=True)
 def discounted_returns(
     rewards: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -207,7 +207,7 @@ def check_token_turn(token_turn, batch: int, name: str = "token_turn") -> jax.Ar
     return token_turn
 
 
-@jit_public()
+@jit_public(replicate=True)
 def broadcast_to_tokens(
     turn_values: Float[Array, "B K"],
     token_turn: Int[Array, "B T"],
@@ -236,7 +236,7 @@ def broadcast_to_tokens(
     return gather_turns(turn_values.astype(_checks.output_dtype(turn_values.dtype)), token_turn)
 
 
-@jit_public(static_argnames=("num_turns", "reduce"))
+@jit_public(static_argnames=("num_turns", "reduce"), replicate=True)
 def turn_surprisal(
     token_logprobs: Float[Array, "B T"],
     token_turn: Int[Array, "B T"],
