@@ -39,6 +39,8 @@ ESTIMATORS = {
     "hgpo_advantages", "HGPO",
     # shrinkage baselines
     "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
+    # entropy
+    "token_entropy", "LogprobsEntropy",
 }
 
 

@@ -40,6 +40,8 @@ from ._groups import groups as groups
 from ._groups import peer_mean as peer_mean
 from ._hgpo import HGPO as HGPO
 from ._hgpo import hgpo_advantages as hgpo_advantages
+from ._logprobs import LogprobsEntropy as LogprobsEntropy
+from ._logprobs import token_entropy as token_entropy
 from ._logprobs import token_logprobs as token_logprobs
 from ._logprobs import token_logprobs_from_hidden as token_logprobs_from_hidden
 from ._losses import PolicyLoss as PolicyLoss
