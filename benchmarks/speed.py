@@ -22,7 +22,8 @@ def main(argv=None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     quick = "--quick" in argv or "quick" in argv
-    if "--platform" not in argv and not any(a.startswith("--platform=") for a in argv):
+    chosen = any(a.split("=")[0] in ("--platform", "--device") for a in argv)
+    if not chosen:
         argv = ["--platform", "cpu", *argv]  # the committed results are CPU results
     return bench_main(argv, prog="python -m benchmarks.speed",
                       default_out=None if quick else RESULTS_DIR)

@@ -79,10 +79,10 @@ def make_config(preset: str = "default", device: str = "cpu", reps: int | None =
     elif preset == "gpu":  # sized for one accelerator, the whole run in well under 5 minutes
         cfg = Config(
             preset=preset, device=device, reps=reps or 9, min_sample_s=0.01, impl_budget_s=10.0,
-            skip_call_s=20.0, grpo_sizes=[4096, 65536, 1 << 20],
+            skip_call_s=20.0, grpo_sizes=[4096, 65536, 1 << 18],
             tcpo_sizes=[(4096, 16), (65536, 16)],
-            token_batch=512, token_lengths=[4096, 16384], num_turns=16, copy_mib=1024,
-            sweep=dict(B=65536, K=16, G=8, Bt=512, T=4096, M=4, LB=8, LT=1024, V=32768, D=1024),
+            token_batch=512, token_lengths=[4096, 16384], num_turns=16, copy_mib=512,
+            sweep=dict(B=65536, K=16, G=8, Bt=512, T=4096, M=4, LB=8, LT=512, V=16384, D=1024),
         )
     else:
         raise ValueError(f"`preset` must be one of {list(PRESETS)}; got {preset!r}.")
@@ -598,6 +598,15 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     add("policy_loss ([B,K] + token_turn)", credax.policy_loss, (lp1, od1, v1, mk1),
         (lp2, od2, v2, mk2), {"clip_low": 0.2, "token_turn": tt1},
         {"clip_low": 0.1, "token_turn": tt1})
+    # value-based credit over [B, T] token steps (the token batch of the loss)
+    add("gae_advantages", credax.gae_advantages, (lp1, od1, mk1), (lp2, od2, mk2),
+        {"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9})
+    add("vapo_lambda", credax.vapo_lambda, (mk1,), (mk2,), {"alpha": 0.05}, {"alpha": 0.1})
+    add("turn_values", credax.turn_values, (od1, tt1), (od2, tt2), {"num_turns": k})
+    add("turn_gae_advantages", credax.turn_gae_advantages, (v1, od1, tt1, t1[5]),
+        (v2, od2, tt2, t2[5]), {"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9})
+    add("value_loss", credax.value_loss, (lp1, od1, lp1 - od1, mk1), (lp2, od2, lp2 - od2, mk2),
+        {"clip": 0.5}, {"clip": 0.2})
     lb, lt, vocab, hid = z["LB"], z["LT"], z["V"], z["D"]
     logits1 = put(rng.standard_normal((lb, lt, vocab), dtype=np.float32))
     logits2 = put(rng.standard_normal((lb, lt, vocab), dtype=np.float32))

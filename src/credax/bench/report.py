@@ -221,3 +221,53 @@ def write(data: dict, out_dir: Path, stem: str) -> dict[str, Path]:
     return paths
 
 
+
+
+def targets_markdown(runs: dict[str, dict]) -> str:
+    """The targets of several runs side by side (e.g. with and without huge pages), with the
+    roofline fractions of TCPO and of the broadcast and each run's command and machine state."""
+    labels = list(runs)
+    first = next(iter(runs.values()))
+    lines = ["| target | goal | " + " | ".join(labels) + " |",
+             "|---|---|" + "---|" * len(labels)]
+    for i, t in enumerate(first["targets"]):
+        cells = []
+        for label in labels:
+            v = runs[label]["targets"][i]["measured"]
+            met = runs[label]["targets"][i]["met"]
+            if isinstance(v, float):
+                shown = f"{v:.3g}" + ("" if t["case"] == "sweep" else "×")
+            elif v is None:
+                shown = "not run"
+            else:
+                shown = str(v) or "none"
+            cells.append(shown + ("" if met is None else (" ✓" if met else " ✗")))
+        lines.append(f"| {t['target']} | {t['op']} {t['threshold']} | " + " | ".join(cells) + " |")
+    lines += ["", "| roofline (bytes of inputs + outputs / time / device copy) | "
+              + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    rows = [("tcpo", {"B": 4096, "K": 16}, n) for n in
+            ("credax_contiguous", "credax_raw_ids", "credax_contiguous_step", "output_floor")]
+    rows += [("triage_broadcast", {"T": 16384}, n) for n in ("credax_broadcast", "copy_floor")]
+    for case, params, name in rows:
+        cells = []
+        for label in labels:
+            rec = next((c for c in runs[label]["cases"] if c["case"] == case and all(
+                c["params"].get(k) == v for k, v in params.items())), None)
+            r = None if rec is None else rec["results"].get(name)
+            cells.append("—" if r is None or "roofline_fraction" not in r else
+                         f"{r['roofline_fraction']:.2f} ({fmt_bytes(r['bytes_moved'])} in "
+                         f"{fmt_time(r['median_s'])})")
+        lines.append(f"| {case} {', '.join(f'{k}={v}' for k, v in params.items())} {name} | "
+                     + " | ".join(cells) + " |")
+    lines.append("")
+    for label in labels:
+        d = runs[label]
+        m = d["meta"]["machine"]
+        cb = d["copy_bandwidth"]
+        tunables = d["meta"]["env"].get("GLIBC_TUNABLES")
+        lines.append(f"- {label}: `{d['meta']['command']}` at {d['meta']['date']}"
+                     f"{', GLIBC_TUNABLES=' + tunables if tunables else ', no glibc tunables'}; "
+                     f"{m['nproc']} CPUs ({m['cpu_model']}), load average "
+                     f"{', '.join(f'{x:.1f}' for x in m['load_average'] or [])} at start (loaded: "
+                     f"other jobs shared the CPUs); device copy {cb['bytes_per_s'] / 1e9:.2f} GB/s.")
+    return "\n".join(lines) + "\n"
