@@ -5,6 +5,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
+TEST_STAMP  := $(VENV)/.installed-test
+VERL_PIN    := verl==0.9.1
 
 .PHONY: test demo bench bench-nohuge bench-gpu lint clean docs docs-serve notebooks
 
@@ -20,7 +22,14 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-test: $(STAMP)
+# The suite also tests credax.torch and credax.verl against the real torch and verl: the torch and
+# verl extras, then verl itself without its declared (heavy, GPU-training) dependencies.
+$(TEST_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,torch,verl]'
+	$(PY) -m pip install --quiet --no-deps '$(VERL_PIN)'
+	touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile
 
 demo: $(STAMP)

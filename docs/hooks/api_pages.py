@@ -4,7 +4,8 @@ Every public name of ``credax`` is re-exported by ``src/credax/__init__.py`` wit
 ``from ._module import name as name``; this hook reads those lines (statically, with ``ast``) and
 writes ``api/<module>.md`` with the module's docstring and one ``::: credax.<name>`` block per name,
 so a name added to the package appears in the reference without editing the docs. The public
-submodules (``credax.presets``, ``credax.nnx``, ``credax.testing``) get a page each.
+submodules (``credax.presets``, ``credax.nnx``, ``credax.testing``, ``credax.torch``) get a page
+each.
 
 It also serves a few committed files from outside ``docs/`` at their repository paths (the
 benchmark plots, the notebooks), so a page links them as ``../benchmarks/results/speed-cpu.png``
@@ -22,7 +23,8 @@ from mkdocs.structure.files import File
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INIT = ROOT / "src" / "credax" / "__init__.py"
 
-# Page titles of the modules known today; a new module gets its name as the title.
+# Page titles of the modules known today; a new module is titled by its docstring's first line, up
+# to the first colon ("Value-based credit: GAE over ..." -> "Value-based credit").
 TITLES = {
     "_groups": "Grouping",
     "_outcome": "Outcome advantages: GRPO, Dr. GRPO, RLOO, GDPO",
@@ -36,8 +38,14 @@ TITLES = {
     "presets": "Parity presets (credax.presets)",
     "nnx": "Flax NNX wrapper (credax.nnx)",
     "testing": "Property testing (credax.testing)",
+    "torch": "Torch bridge (credax.torch)",
 }
-PUBLIC_MODULES = ("presets", "nnx", "testing")
+# Public submodules (no leading underscore: presets, nnx, testing, torch, ...) get a page each.
+PUBLIC_MODULES = tuple(sorted(
+    p.stem if p.is_file() else p.name
+    for p in INIT.parent.iterdir()
+    if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file())
+))
 ASSETS = ("benchmarks/results/*.png", "benchmarks/results/*.json",
           "benchmarks/quality/results/*.png", "benchmarks/quality/results/*.json",
           "notebooks/*.ipynb")
@@ -55,9 +63,19 @@ def public_names_by_module(init: pathlib.Path = INIT) -> dict[str, list[str]]:
     return dict(by_module)
 
 
+def title(module: str) -> str:
+    if module in TITLES:
+        return TITLES[module]
+    path = INIT.parent / f"{module}.py"
+    if not path.exists():
+        path = INIT.parent / module / "__init__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text())) if path.exists() else None
+    return doc.splitlines()[0].split(":")[0].rstrip(".") if doc else module.strip("_")
+
+
 def page(module: str, names: list[str]) -> str:
-    title = TITLES.get(module, module.strip("_"))
-    lines = [f"# {title}", ""]
+    title_ = title(module)
+    lines = [f"# {title_}", ""]
     if module in PUBLIC_MODULES:
         lines += [f"::: credax.{module}", "    options:", "      show_root_heading: false",
                   "      show_root_toc_entry: false", ""]
@@ -79,8 +97,7 @@ def api_pages() -> dict[str, str]:
             continue  # `from . import presets as presets`: its own page below
         pages[f"api/{module.strip('_')}.md"] = page(module, names)
     for module in PUBLIC_MODULES:
-        if (INIT.parent / f"{module}.py").exists() or (INIT.parent / module).is_dir():
-            pages[f"api/{module}.md"] = page(module, [])
+        pages[f"api/{module}.md"] = page(module, [])
     index = ["# API reference", "",
              "Generated from the docstrings. Every public function is re-exported by `credax`; "
              "the pages follow the modules the code lives in.", ""]

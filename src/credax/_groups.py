@@ -236,6 +236,7 @@ def groups(
     """
     if isinstance(group_ids, Groups):
         return group_ids
+    _checks.reject_torch(group_ids, "group_ids", "groups")
     _checks.check_option(layout, "layout", LAYOUTS)
     if layout == "contiguous":
         return _contiguous_groups(group_ids, group_size, num_groups)
@@ -364,6 +365,10 @@ def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, 
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            for name, value in zip(params, args, strict=False):  # before jit's generic error
+                _checks.reject_torch(value, name, fn.__name__)
+            for name, value in kwargs.items():
+                _checks.reject_torch(value, name, fn.__name__)
             if positions:
                 # Only grouped functions scatter rows into per-group tables; row-wise functions
                 # (turn scans, losses) keep their batch sharding.

@@ -20,7 +20,7 @@ from ._groups import (
     normalize_with_groups,
     prepare,
 )
-from ._turns import discounted_returns, prepare_turns
+from ._turns import discounted_returns, prepare_anchored_steps, prepare_turns
 
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
@@ -198,18 +198,11 @@ def gigpo_advantages(
       compared by equality, not observation text (verl-agent's optional similarity clustering is
       not reproduced — cluster on the host and pass the cluster id).
     """
-    s = _checks.as_float_array(step_rewards, "step_rewards")
-    _checks.check_ndim(s, "step_rewards", 2, "[B, K]")
-    turn_mask = _checks.as_mask(turn_mask, "turn_mask", s.shape)
-    anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
-    _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
-    r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
-    _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
+    r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
+        outcome_rewards, step_rewards, anchor_ids, turn_mask)
     if not isinstance(scale, bool):
         raise TypeError(f"`scale` must be a Python bool (True: divide by the std; False: centre "
                         f"only); got {scale!r}.")
-    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, s.dtype))
-    dt = _checks.compute_dtype(out_dtype)
     options = dict(center=True, scale=scale, ddof=1, eps=eps, eps_mode="add", singleton="zero",
                    leave_one_out=False)
 

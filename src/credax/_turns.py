@@ -324,3 +324,20 @@ def masked_discounted_sum(x: jax.Array, mask: jax.Array, discount: jax.Array) ->
 
     _, out = jax.lax.scan(step, jnp.zeros_like(x[:, 0]), (x.T, mask.T), reverse=True)
     return out.T
+
+
+def prepare_anchored_steps(outcome_rewards, step_rewards, anchor_ids, turn_mask):
+    """Shared argument handling of the anchor-state estimators (GiGPO, HGPO).
+
+    Returns ``(outcome [B], steps [B, K], anchors [B, K], turn_mask, out_dtype, compute_dtype)``;
+    the float arrays are not yet cast.
+    """
+    s = _checks.as_float_array(step_rewards, "step_rewards")
+    _checks.check_ndim(s, "step_rewards", 2, "[B, K]")
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", s.shape)
+    anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
+    _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
+    r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
+    _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
+    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, s.dtype))
+    return r, s, anchors, turn_mask, out_dtype, _checks.compute_dtype(out_dtype)
