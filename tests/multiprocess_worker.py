@@ -53,8 +53,13 @@ def compute(credax, arrays: dict) -> dict:
     mask = a["token_turn"] >= 0
     loss = credax.policy_loss(a["logp"], a["old_logp"], tcpo.advantages, mask,
                               token_turn=a["token_turn"], normalizer=a["normalizer"])
+    # The contiguous layout promise on sharded rows: one block of all 32 rows, so the block spans
+    # both processes (compared with the general path by the caller).
+    block = credax.groups(np.zeros(BATCH, np.int32), layout="contiguous", group_size=BATCH)
+    grpo_c = credax.grpo_advantages(a["rewards"], block)
+    tcpo_c = credax.tcpo_advantages(a["scores"], a["turn_mask"], block, gamma=0.9)
     return {"grpo": grpo, "tcpo": tcpo.advantages, "tcpo_credit": tcpo.credit, "triage": triage,
-            "loss": loss.loss}
+            "loss": loss.loss, "grpo_contiguous": grpo_c, "tcpo_contiguous": tcpo_c.advantages}
 
 
 def main(process_id: int, port: int, out_dir: Path) -> None:

@@ -3,7 +3,8 @@
 Two CPU processes (4 devices each via ``--xla_force_host_platform_device_count=4``, gloo CPU
 collectives, coordinator on 127.0.0.1 at a free port) shard one global batch of 32 rows over the 8
 global devices so that every prompt has rollouts on both processes, and compute GRPO, TCPO, TRIAGE
-(whitened over the batch) and the policy loss with a global normalizer. They must equal the same
+(whitened over the batch), the policy loss with a global normalizer, and GRPO / TCPO under the
+contiguous layout promise with one block spanning both processes. They must equal the same
 computation in this one process on unsharded arrays: exactly for the TCPO credit (maxima,
 selections, leave-one-out means of the same members) and up to float32 rounding (rtol 1e-6,
 atol 1e-6) for sums whose order the cross-process reduction may change.
@@ -62,8 +63,12 @@ def test_two_processes_equal_one_process(tmp_path):
     want = {k: np.asarray(v) for k, v in worker.compute(credax, arrays).items()}
     assert set(got) == set(want)
     np.testing.assert_array_equal(got["tcpo_credit"], want["tcpo_credit"])
-    for name in ("grpo", "tcpo", "triage", "loss"):
+    for name in ("grpo", "tcpo", "triage", "loss", "grpo_contiguous", "tcpo_contiguous"):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
+    # the layout promise (one block of every row) against the general path, in one process
+    every = credax.groups(jnp.zeros(worker.BATCH, jnp.int32))
+    np.testing.assert_allclose(want["grpo_contiguous"],
+                               credax.grpo_advantages(arrays["rewards"], every), rtol=2e-6, atol=1e-6)
     # The batch really mixes prompts across the two processes (rows 0-15 vs 16-31).
     assert set(data["ids"][:16]) == set(data["ids"][16:])
     assert np.any(want["grpo"] != 0) and np.any(want["tcpo"] != 0)
