@@ -158,6 +158,7 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
         "cases": runner.cases,
         "sweep": sweep,
         "compile": sweep,  # the earlier key of the same records (notebooks read it)
+        "not_timed": cases.NOT_TIMED,
         "targets": cases.evaluate_targets(runner.cases, sweep),
         "skipped": runner.skipped,
         "failures": runner.failures,
