@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import Groups, jit_public, prepare, segment_stats
+from ._groups import Groups, jit_grouped, prepare, segment_stats
 
 
 class Shrinkage(NamedTuple):
@@ -68,7 +68,7 @@ def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
     return jnp.where(mask, baseline, zero), jnp.where(mask, c, zero), grand
 
 
-@jit_public(static_argnames=("leave_one_out",))
+@jit_grouped(static_argnames=("leave_one_out",))
 def shrinkage_baseline(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
@@ -123,7 +123,7 @@ def shrinkage_baseline(
     return Shrinkage(b.astype(out_dtype), c.astype(out_dtype), grand.astype(out_dtype))
 
 
-@jit_public(static_argnames=("leave_one_out",))
+@jit_grouped(static_argnames=("leave_one_out",))
 def shrinkage_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
