@@ -37,6 +37,8 @@ ESTIMATORS = {
     "vapo_lambda", "value_loss", "ValueLoss",
     # hierarchical history groups
     "hgpo_advantages", "HGPO",
+    # shrinkage baselines
+    "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
 }
 
 

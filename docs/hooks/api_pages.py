@@ -76,11 +76,12 @@ def title(module: str) -> str:
 def page(module: str, names: list[str]) -> str:
     title_ = title(module)
     lines = [f"# {title_}", ""]
-    if module in PUBLIC_MODULES:
+    if not names:  # a public submodule whose names are not re-exported: the module page itself
         lines += [f"::: credax.{module}", "    options:", "      show_root_heading: false",
                   "      show_root_toc_entry: false", ""]
         return "\n".join(lines)
-    lines += [f"Defined in `credax/{module}.py`; every name below is importable as `credax.<name>`.",
+    lines += [f"Defined in `credax/{module}.py`; every name below is importable as `credax.<name>`"
+              + (f" (and as `credax.{module}.<name>`)." if not module.startswith("_") else "."),
               "", f"::: credax.{module}", "    options:", "      members: false",
               "      show_root_heading: false", "      show_root_toc_entry: false", ""]
     for name in names:
@@ -93,11 +94,10 @@ def api_pages() -> dict[str, str]:
     by_module = public_names_by_module()
     pages = {}
     for module, names in by_module.items():
-        if module in PUBLIC_MODULES:
-            continue  # `from . import presets as presets`: its own page below
         pages[f"api/{module.strip('_')}.md"] = page(module, names)
     for module in PUBLIC_MODULES:
-        pages[f"api/{module}.md"] = page(module, [])
+        # `from . import presets as presets` re-exports no names: the module's own page.
+        pages.setdefault(f"api/{module}.md", page(module, []))
     index = ["# API reference", "",
              "Generated from the docstrings. Every public function is re-exported by `credax`; "
              "the pages follow the modules the code lives in.", ""]

@@ -9,6 +9,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
 * ``_stepwise`` MT-GRPO and GiGPO baselines
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
+* ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
@@ -60,6 +61,9 @@ from ._rollouts import RolloutBatch as RolloutBatch
 from ._rollouts import RolloutLayout as RolloutLayout
 from ._rollouts import Turn as Turn
 from ._rollouts import pad_rollouts as pad_rollouts
+from ._shrinkage import Shrinkage as Shrinkage
+from ._shrinkage import shrinkage_advantages as shrinkage_advantages
+from ._shrinkage import shrinkage_baseline as shrinkage_baseline
 from ._stepwise import gigpo_advantages as gigpo_advantages
 from ._stepwise import mt_grpo_advantages as mt_grpo_advantages
 from ._tcpo import TCPO as TCPO

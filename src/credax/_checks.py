@@ -133,6 +133,11 @@ def scalar(value, dtype, name: str) -> jax.Array:
     return value.astype(dtype)
 
 
+def select(mask: jax.Array, x: jax.Array) -> jax.Array:
+    """``x`` where ``mask``, exactly ``0`` elsewhere (a select, never a product: NaN stays out)."""
+    return jnp.where(mask, x, jnp.zeros_like(x))
+
+
 def safe_div(num: jax.Array, den: jax.Array, ok: jax.Array) -> jax.Array:
     """``num / den`` where ``ok``, else 0 — the double-``where`` so gradients stay finite.
 

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import Groups, groups_from_keys, jit_public, normalize_with_groups, prepare
-from ._turns import discounted_returns, prepare_anchored_steps
+from ._groups import Groups, groups_from_keys, jit_grouped, normalize_with_groups, prepare
+from ._turns import masked_discounted_returns, prepare_anchored_steps
 
 EPISODE_POOLING = ("trajectory", "step")
 EPISODE_SINGLETON = ("zero", "raw")
@@ -60,7 +60,7 @@ def history_keys(anchors: jnp.ndarray, turn_mask: jnp.ndarray, k: int):
     return keys, valid
 
 
-@jit_public(static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton",
+@jit_grouped(static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton",
                              "scale", "ddof"))
 def hgpo_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -158,7 +158,7 @@ def hgpo_advantages(
     batch, num_turns = s.shape
     n = batch * num_turns
 
-    g = discounted_returns(s.astype(dt), turn_mask, gamma=_checks.scalar(gamma, dt, "gamma"))
+    g = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
     g_flat = g.reshape(n)
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
     options = dict(center=True, scale=scale, eps=eps, eps_mode="add", leave_one_out=False)

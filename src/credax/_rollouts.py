@@ -5,11 +5,11 @@ action the policy generated and an observation (tool output, environment reply) 
 credax function wants them padded: ``[B]`` per trajectory, ``[B, K]`` per turn, ``[B, T]`` per
 token, with masks that say what is real. :func:`pad_rollouts` does that once, on the host:
 
-* **Rows.** One :class:`Rollout` = one row (SPEC §0: a trajectory is never split over rows). Its
-  tokens are laid out as ``prompt, action_0, observation_0, action_1, observation_1, ...``, then
+* **Rows.** One :class:`Rollout` = one row (a trajectory is never split over rows). Its tokens
+  are laid out as ``prompt, action_0, observation_0, action_1, observation_1, ...``, then
   padding. ``token_turn`` is the turn index on action tokens and ``-1`` on prompt, observation and
   padding tokens; ``mask`` is true exactly on action tokens (observations get no credit and are
-  not trained on: user-issues #17).
+  not trained on: mll-lab-nu/RAGEN#71).
 * **Exact group ids.** ``prompt_id`` may be any hashable value (strings, 64-bit ints, tuples). The
   ids are densified on the host by exact comparison (a Python dict), so two prompts are never
   merged by a hash or a truncation to int32. They are compared by *type and value*: ``1``,

@@ -16,16 +16,16 @@ from ._groups import (
     Groups,
     check_x_and_groups,
     groups_from_keys,
-    jit_public,
+    jit_grouped,
     normalize_with_groups,
     prepare,
 )
-from ._turns import discounted_returns, prepare_anchored_steps, prepare_turns
+from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_turns
 
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
 
-@jit_public(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(static_argnames=NORMALIZE_STATIC)
 def mt_grpo_advantages(
     turn_rewards: Float[Array, "B K"],
     outcome_rewards: Float[Array, " B"],
@@ -116,7 +116,7 @@ def mt_grpo_advantages(
 
 
 
-@jit_public(static_argnames=("scale",))
+@jit_grouped(static_argnames=("scale",))
 def gigpo_advantages(
     outcome_rewards: Float[Array, " B"],
     step_rewards: Float[Array, "B K"],
@@ -215,7 +215,7 @@ def gigpo_advantages(
     # state revisited at another turn index, or by another trajectory, joins the same group.
     batch, num_turns = s.shape
     n = batch * num_turns
-    g_k = discounted_returns(s.astype(dt), turn_mask, gamma=_checks.scalar(gamma, dt, "gamma"))
+    g_k = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape).reshape(n)
     flat_mask = turn_mask.reshape(n)
     anchor_groups = groups_from_keys(prompt, anchors.reshape(n), valid=flat_mask)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import jit_public
+from ._api import jit_public
 
 
 def prepare_turns(scores, turn_mask, name: str = "scores"):
@@ -172,6 +172,11 @@ def discounted_returns(
     """
     r, turn_mask, out_dtype = prepare_turns(rewards, turn_mask, "rewards")
     gamma = _checks.scalar(gamma, r.dtype, "gamma")
+    return masked_discounted_returns(r, turn_mask, gamma).astype(out_dtype)
+
+
+def masked_discounted_returns(r: jax.Array, turn_mask: jax.Array, gamma: jax.Array) -> jax.Array:
+    """The body of :func:`discounted_returns` on prepared inputs; ``0`` at masked turns."""
     r = jnp.where(turn_mask, r, jnp.zeros_like(r))
 
     def step(carry, r_k):
@@ -179,7 +184,7 @@ def discounted_returns(
         return g, g
 
     _, g = jax.lax.scan(step, jnp.zeros_like(r[:, 0]), r.T, reverse=True)
-    return jnp.where(turn_mask, g.T, 0).astype(out_dtype)
+    return jnp.where(turn_mask, g.T, jnp.zeros_like(r))
 
 
 def gather_turns(turn_values: jax.Array, token_turn: jax.Array) -> jax.Array:

@@ -162,3 +162,46 @@ def hgpo(outcome, step_rewards, anchors, turn_mask, group_ids, *, history, gamma
         if sel.any():
             adv[i, t] = float((w[sel] * levels[i, t, sel]).sum() / (w[sel].sum() + eps))
     return adv, levels, inform
+
+
+# --------------------------------------------------------------------------------------------
+# Shrinkage baselines
+# --------------------------------------------------------------------------------------------
+
+
+def shrinkage_baseline(rewards, group_ids, mask=None, leave_one_out=False):
+    """Per prompt with explicit member lists: positive-part James–Stein toward the mean of means."""
+    r = _f64(rewards)
+    m = np.ones(r.shape, bool) if mask is None else np.asarray(mask, bool)
+    ids = [int(i) for i in np.asarray(group_ids)]
+    members = {}
+    for i in range(len(r)):
+        if m[i]:
+            members.setdefault(ids[i], []).append(i)
+    means = {p: math.fsum(r[j] for j in rows) / len(rows) for p, rows in members.items()}
+    num_prompts = len(means)
+    grand = math.fsum(means.values()) / num_prompts if num_prompts else 0.0
+    spread = math.fsum((mu - grand) ** 2 for mu in means.values())
+    dof = sum(len(rows) - 1 for rows in members.values())
+    ss = math.fsum((r[j] - means[p]) ** 2 for p, rows in members.items() for j in rows)
+    sigma2 = ss / dof if dof > 0 else 0.0
+    base, coef = np.zeros(len(r)), np.zeros(len(r))
+    for p, rows in members.items():
+        n = len(rows)
+        size = n - 1 if leave_one_out else n
+        if size == 0:
+            c = 1.0
+        elif dof == 0:
+            c = 0.0
+        elif spread == 0:
+            c = 1.0 if num_prompts > 3 else 0.0
+        else:
+            c = min(1.0, max(0.0, max(num_prompts - 3, 0) * sigma2 / size / spread))
+        for i in rows:
+            if leave_one_out:
+                est = math.fsum(r[j] for j in rows if j != i) / (n - 1) if n > 1 else 0.0
+            else:
+                est = means[p]
+            base[i] = grand + (1 - c) * (est - grand)
+            coef[i] = c
+    return base, coef, grand
