@@ -46,8 +46,8 @@ ESTIMATORS = {
 
 # Issue 16's rollouts plumbing (documented in docs/guides/rollouts.md), listed by hand.
 ROLLOUTS = {
-    "rollouts", "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
-    "RolloutLayout", "readers", "read_rollouts", "write_rollouts", "RolloutFormatError",
+    "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
+    "RolloutLayout", "read_rollouts", "write_rollouts", "RolloutFormatError",
 }
 
 
