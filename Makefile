@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test demo bench lint clean
+.PHONY: test demo bench lint clean docs docs-serve notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,19 @@ bench: $(BENCH_STAMP)
 	GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $(PY) -m benchmarks.speed $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks examples notebooks/_build.py
+	$(PY) -m ruff check src tests benchmarks examples notebooks/build.py notebooks/src docs/hooks
+
+# The documentation site (mkdocs.yml; API pages generated from the docstrings) into site/.
+# --strict: a broken link, a missing include or a docstring that disagrees with its signature fails.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(PY) -m mkdocs serve
+
+# The notebooks are built from their plain-Python sources (notebooks/src/*.py, percent format).
+notebooks: $(STAMP)
+	$(PY) notebooks/build.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

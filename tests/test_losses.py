@@ -756,7 +756,8 @@ def test_policy_loss_grad_finite_differences_smooth_region():
         (dict(kl_coef=0.1), "ref_logp"),
         (dict(kl_coef=-0.1, ref_logp=jnp.zeros((2, 4))), "kl_coef"),
         (dict(normalizer=-3.0), "normalizer"),
-        (dict(advantages=jnp.ones(2), token_turn=jnp.zeros((2, 4), jnp.int32)), "advantages"),
+        # [B] advantages with token_turn are accepted (broadcast per row); a wrong B is not.
+        (dict(advantages=jnp.ones(3), token_turn=jnp.zeros((2, 4), jnp.int32)), "advantages"),
     ],
 )
 def test_policy_loss_invalid_settings(kwargs, match):

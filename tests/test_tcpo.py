@@ -248,7 +248,7 @@ def test_tcpo_normalized_and_discounted_golden():
 
 
 def test_ladder_on_the_readme_batch():
-    # The README example: one prompt, four refinement trajectories (three of three turns).
+    # The TCPO guide's example: one prompt, four refinement trajectories (three of three turns).
     s, mask = rows([0, 0.5, 1, 1], [0, 0, 1], [1, 0.5, 1], [0, 0, 0])
     ids = np.zeros(4, np.int32)
     # adjacent delta rewards the 1 -> .5 -> 1 fluctuation at its last turn (+.5) ...
@@ -274,9 +274,9 @@ def test_ladder_example_script_prints_the_documented_numbers(capsys):
     assert "  5 + hindsight        +0.50  +1.00  +1.00      ·    +0.29  +1.10  +1.32      ·" in out
     # rung 6, turn 0 credits (.5, .5, 1, -.625): μ = .34375, σ = .6875 -> D: -.96875/.6875 = -1.41
     assert "  6 + counterfactual   -0.62  -1.00  +0.00      ·    -1.41  -1.14  -0.88      ·" in out
-    # The README shows exactly this output.
+    # The TCPO guide shows exactly this output.
     shown = re.findall(r"```text\n(counterfactual turns selected.*?)```",
-                       (root / "README.md").read_text(), flags=re.S)
+                       (root / "docs" / "guides" / "tcpo.md").read_text(), flags=re.S)
     assert shown and all(block == out for block in shown)
 
 

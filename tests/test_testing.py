@@ -316,12 +316,12 @@ def test_counterexample_is_shrunk_and_readable():
 
 
 def _readme_section():
-    root = pathlib.Path(__file__).resolve().parents[1]
-    readme = root / "README.md"
-    text = readme.read_text() if readme.exists() else ""
-    start = text.find("## Testing your own credit code")
-    assert start >= 0, "README.md has no credax.testing section"
-    end = text.find("\n## ", start + 1)
+    # The guide docs/guides/testing.md (it was the README's section before the docs site).
+    guide = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guides" / "testing.md"
+    text = guide.read_text() if guide.exists() else ""
+    start = text.find("# Testing your own credit code")
+    assert start >= 0, "docs/guides/testing.md has no credax.testing guide"
+    end = text.find("\n# ", start + 1)
     return text[start:] if end < 0 else text[start:end]
 
 

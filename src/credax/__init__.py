@@ -8,6 +8,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
 * ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
 * ``_stepwise`` MT-GRPO and GiGPO baselines
+* ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
@@ -17,6 +18,15 @@ Every public name is re-exported here, one line each. Where the math lives:
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
 from . import presets as presets
+from ._gae import GAE as GAE
+from ._gae import TurnGAE as TurnGAE
+from ._gae import TurnValues as TurnValues
+from ._gae import ValueLoss as ValueLoss
+from ._gae import gae_advantages as gae_advantages
+from ._gae import turn_gae_advantages as turn_gae_advantages
+from ._gae import turn_values as turn_values
+from ._gae import value_loss as value_loss
+from ._gae import vapo_lambda as vapo_lambda
 from ._groups import Groups as Groups
 from ._groups import PeerMean as PeerMean
 from ._groups import group_count as group_count

@@ -19,8 +19,8 @@ import numpy as np
 def compute_dtype(dtype) -> jnp.dtype:
     """The dtype statistics are computed in: float64 stays, everything else is float32.
 
-    bfloat16 / float16 inputs are promoted (SPEC §0: statistics in at least float32); integer and
-    bool inputs (e.g. 0/1 rewards) are computed in float32.
+    bfloat16 / float16 inputs are promoted (credax's dtype convention: statistics in at least
+    float32); integer and bool inputs (e.g. 0/1 rewards) are computed in float32.
     """
     dtype = jnp.dtype(dtype)
     if dtype == jnp.float64:

@@ -15,7 +15,7 @@ Assumptions, stated once:
 * Statistics are computed on values shifted by the group maximum (a member of the set), so a set
   whose valid values are all identical has shifted values exactly ``0``: its centred output is
   exactly ``0`` whatever ``eps`` is and no float residue is ever amplified (the ``std ≈ 1e-7``
-  failure of one-pass variances, user-issues #3). The variance is a centred two-pass sum of
+  failure of one-pass variances, NVIDIA-NeMo/RL#1518). The variance is a centred two-pass sum of
   squares of the shifted values.
 
 Grouping is computed once (:func:`groups`) and reused: the expensive part is turning arbitrary ids

@@ -13,12 +13,15 @@ out-of-range tokens at real positions are NaN, so a data bug stays visible.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import jit_public
+from ._groups import _concrete_numpy, jit_public
 
 
 def _select(mask: jax.Array, x: jax.Array) -> jax.Array:
@@ -30,51 +33,65 @@ def _select(mask: jax.Array, x: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------
 
 
-def _logsumexp(logits: jax.Array, dtype) -> jax.Array:
-    """``log Σ_v exp(logits[..., v])`` in ``dtype`` as two fused reductions over the raw logits.
+def _scaled(x: jax.Array, inv_temp: jax.Array | None) -> jax.Array:
+    """``x / T`` written as ``x * (1 / T)``; no operation at all without a temperature."""
+    return x if inv_temp is None else x * inv_temp
+
+
+def _logsumexp(logits: jax.Array, dtype, inv_temp: jax.Array | None = None) -> jax.Array:
+    """``log Σ_v exp(logits[..., v] / T)`` in ``dtype`` as two fused reductions over the raw logits.
 
     The max is taken on the logits as they are (exact in any dtype) and the cast to ``dtype``
-    happens inside the exp-sum, so no ``[..., V]`` intermediate (converted or shifted copy,
-    log-softmax) needs to exist. Rows that are entirely ``-inf`` give ``-inf``.
+    (and the temperature's scaling, ``T > 0`` keeps the max where it is) happens inside the
+    exp-sum, so no ``[..., V]`` intermediate (converted, scaled or shifted copy, log-softmax)
+    needs to exist. Rows that are entirely ``-inf`` give ``-inf``.
     """
     top = jax.lax.stop_gradient(jnp.max(logits, axis=-1)).astype(dtype)
     top = jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top))
-    return top + jnp.log(jnp.sum(jnp.exp(logits.astype(dtype) - top[..., None]), axis=-1))
+    shifted = _scaled(logits.astype(dtype) - top[..., None], inv_temp)
+    return _scaled(top, inv_temp) + jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+
+
+def _picked(logits: jax.Array, tokens: jax.Array, dtype, inv_temp) -> jax.Array:
+    picked = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0].astype(dtype)
+    return _scaled(picked, inv_temp)
 
 
 @jax.custom_vjp
-def _logprob_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array) -> jax.Array:
-    """``logits[token] - logsumexp(logits)``; ``tokens`` in range, ``mask`` only shapes the VJP."""
+def _logprob_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array, inv_temp=None) -> jax.Array:
+    """``(logits[token] - logsumexp(logits / T)·T) / T``; ``tokens`` in range, ``mask`` only shapes
+    the VJP; ``inv_temp`` is ``1 / T`` (a constant: it gets no gradient) or ``None`` for T = 1."""
     dtype = _checks.compute_dtype(logits.dtype)
-    picked = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0].astype(dtype)
-    return picked - _logsumexp(logits, dtype)
+    return _picked(logits, tokens, dtype, inv_temp) - _logsumexp(logits, dtype, inv_temp)
 
 
-def _logprob_core_fwd(logits, tokens, mask):
+def _logprob_core_fwd(logits, tokens, mask, inv_temp=None):
     dtype = _checks.compute_dtype(logits.dtype)
-    lse = _logsumexp(logits, dtype)
-    picked = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0].astype(dtype)
-    return picked - lse, (logits, tokens, mask, lse)
+    lse = _logsumexp(logits, dtype, inv_temp)
+    return _picked(logits, tokens, dtype, inv_temp) - lse, (logits, tokens, mask, lse, inv_temp)
 
 
 def _logprob_core_bwd(residuals, g):
-    # d logp / d logits = onehot(token) - softmax, written as one elementwise expression of the
-    # logits so the backward pass holds nothing [..., V]-sized but the gradient itself (autodiff
-    # of logsumexp keeps a softmax or a converted copy of the logits alive instead). The select
-    # makes masked rows exactly 0 even when their logits are NaN (0 * NaN would be NaN).
-    logits, tokens, mask, lse = residuals
+    # d logp / d logits = (onehot(token) - softmax(logits / T)) / T, written as one elementwise
+    # expression of the logits so the backward pass holds nothing [..., V]-sized but the gradient
+    # itself (autodiff of logsumexp keeps a softmax or a converted copy of the logits alive
+    # instead). The select makes masked rows exactly 0 even when their logits are NaN (0 * NaN
+    # would be NaN).
+    logits, tokens, mask, lse, inv_temp = residuals
     dtype = lse.dtype
-    softmax = jnp.exp(logits.astype(dtype) - lse[..., None])
+    softmax = jnp.exp(_scaled(logits.astype(dtype), inv_temp) - lse[..., None])
     vocab = jax.lax.broadcasted_iota(tokens.dtype, logits.shape, logits.ndim - 1)
     onehot = (vocab == tokens[..., None]).astype(dtype)
-    grad = jnp.where(mask[..., None], g[..., None] * (onehot - softmax), jnp.zeros_like(softmax))
-    return grad.astype(logits.dtype), None, None
+    scale = g if inv_temp is None else g * inv_temp
+    grad = jnp.where(mask[..., None], scale[..., None] * (onehot - softmax), jnp.zeros_like(softmax))
+    no_temp_grad = None if inv_temp is None else jnp.zeros_like(inv_temp)
+    return grad.astype(logits.dtype), None, None, no_temp_grad
 
 
 _logprob_core.defvjp(_logprob_core_fwd, _logprob_core_bwd)
 
 
-def _autodiff_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array) -> jax.Array:
+def _autodiff_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array, inv_temp=None) -> jax.Array:
     """The same value as :func:`_logprob_core`, differentiated by plain autodiff.
 
     Used on the freshly computed logits of the hidden-state path, where XLA fuses the matmul
@@ -84,12 +101,13 @@ def _autodiff_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array) -> jax
     """
     del mask
     dtype = _checks.compute_dtype(logits.dtype)
-    picked = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0].astype(dtype)
-    return picked - jax.nn.logsumexp(logits.astype(dtype), axis=-1)
+    logits = _scaled(logits.astype(dtype), inv_temp)
+    picked = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
 def _picked_logprobs(logits: jax.Array, tokens: jax.Array, mask: jax.Array | None, dtype,
-                     core=_logprob_core):
+                     core=_logprob_core, inv_temp: jax.Array | None = None):
     """``logits[token] - logsumexp(logits)`` in ``dtype``; NaN for out-of-range tokens, 0 masked.
 
     With the default core, differentiable in reverse mode only (a custom VJP keeps the backward
@@ -99,10 +117,43 @@ def _picked_logprobs(logits: jax.Array, tokens: jax.Array, mask: jax.Array | Non
     in_range = (tokens >= 0) & (tokens < num_classes)
     valid = jnp.ones(tokens.shape, bool) if mask is None else mask
     safe = jnp.where(in_range & valid, tokens, jnp.zeros_like(tokens))
-    lp = core(logits, safe, valid).astype(dtype)
+    lp = core(logits, safe, valid, inv_temp).astype(dtype)
     # An out-of-range token on a real position is a data bug: keep it visible as NaN.
     lp = jnp.where(in_range, lp, jnp.full_like(lp, jnp.nan))
     return lp if mask is None else _select(mask, lp)
+
+
+def check_temperature(temperature) -> None:
+    """Eager range check of a concrete ``temperature`` (a traced one is used as given)."""
+    if temperature is None:
+        return
+    host = _concrete_numpy(temperature)
+    if host is None:
+        return
+    real = np.issubdtype(host.dtype, np.floating) or np.issubdtype(host.dtype, np.integer)
+    if host.ndim != 0 or not real:
+        raise TypeError(f"`temperature` must be a real scalar; got {host.dtype} of shape {host.shape}.")
+    if not (np.isfinite(host) and host > 0):
+        raise ValueError(
+            f"`temperature` must be positive and finite (logits are divided by it); got {host}. "
+            "Greedy decoding (T = 0) has no log-probabilities to score: pass the sampler's T."
+        )
+
+
+def _temperature_checked(public):
+    """Check a concrete ``temperature`` before ``jit_public`` traces it (keyword-only argument)."""
+
+    @functools.wraps(public)
+    def wrapper(*args, **kwargs):
+        check_temperature(kwargs.get("temperature"))
+        return public(*args, **kwargs)
+
+    wrapper.jitted = public.jitted
+    return wrapper
+
+
+def _inverse_temperature(temperature, dtype) -> jax.Array | None:
+    return None if temperature is None else 1 / _checks.scalar(temperature, dtype, "temperature")
 
 
 def _check_tokens(tokens, shape, name: str = "tokens") -> jax.Array:
@@ -111,14 +162,19 @@ def _check_tokens(tokens, shape, name: str = "tokens") -> jax.Array:
     return tokens
 
 
+@_temperature_checked
 @jit_public()
 def token_logprobs(
     logits: Float[Array, "B T V"],
     tokens: Int[Array, "B T"],
     *,
     mask: Bool[Array, "B T"] | None = None,
+    temperature: float | Float[Array, ""] | None = None,
 ) -> Float[Array, "B T"]:
     """Log-probability of each taken token: ``logits[b, t, tokens[b, t]] - logsumexp(logits[b, t])``.
+
+    With a sampling ``temperature`` T the logits are divided by T first:
+    ``logp = log softmax(logits / T)[token]`` — the distribution the tokens were drawn from.
 
     Computed in float32 (float64 stays float64) whatever the logits' dtype, without materialising
     a ``[B, T, V]`` log-softmax: the forward pass is a gather and two fused reductions over the
@@ -140,6 +196,11 @@ def token_logprobs(
       mask: optional ``bool[B, T]``; positions with ``False`` return ``0`` and neither their
         logits nor their tokens (NaN logits, padding ids such as ``-100``) affect any output or
         gradient.
+      temperature: optional sampling temperature ``T > 0`` (may be traced); ``None`` (default)
+        is ``T = 1`` with no extra operation. Score with the temperature the rollout engine
+        sampled with: sampling at 0.7 and scoring at 1 makes the first-update ratio differ from
+        1 although the policy has not changed. The scaling happens inside the fused reductions
+        (no scaled copy of the logits is made); the gradient is ``(onehot - softmax(z/T)) / T``.
 
     Returns:
       ``float32[B, T]`` (float64 for float64 logits); ``0`` at masked positions; NaN at unmasked
@@ -147,7 +208,8 @@ def token_logprobs(
 
     Raises:
       TypeError: ``tokens`` is not an integer array, or ``mask`` is not boolean.
-      ValueError: ``logits`` is not ``[B, T, V]`` or the shapes disagree.
+      ValueError: ``logits`` is not ``[B, T, V]`` or the shapes disagree; a concrete
+        ``temperature`` that is not positive and finite.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -155,6 +217,9 @@ def token_logprobs(
       >>> lp = credax.token_logprobs(logits, jnp.array([[0, 2]]))
       >>> [round(float(x), 4) for x in jnp.exp(lp[0])]
       [0.5, 0.3]
+      >>> hot = credax.token_logprobs(logits, jnp.array([[0, 2]]), temperature=2.0)
+      >>> round(float(jnp.exp(hot[0, 0])), 4)   # sqrt(.5) / (sqrt(.5) + 2 sqrt(.25))
+      0.4142
 
     References:
       The fused log-sum-exp form is what peers use to avoid a full log-softmax (verl
@@ -166,9 +231,12 @@ def token_logprobs(
     tokens = _check_tokens(tokens, shape)
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", shape)
-    return _picked_logprobs(logits, tokens, mask, _checks.compute_dtype(logits.dtype))
+    dtype = _checks.compute_dtype(logits.dtype)
+    return _picked_logprobs(logits, tokens, mask, dtype,
+                            inv_temp=_inverse_temperature(temperature, dtype))
 
 
+@_temperature_checked
 @jit_public(static_argnames=("chunk_size",))
 def token_logprobs_from_hidden(
     hidden: Float[Array, "B T D"],
@@ -177,6 +245,7 @@ def token_logprobs_from_hidden(
     *,
     chunk_size: int | None = None,
     mask: Bool[Array, "B T"] | None = None,
+    temperature: float | Float[Array, ""] | None = None,
 ) -> Float[Array, "B T"]:
     """Token log-probabilities from the last hidden states, without ever holding ``[B, T, V]`` logits.
 
@@ -201,6 +270,8 @@ def token_logprobs_from_hidden(
       chunk_size: static; positions per chunk, or ``None`` to compute the full logits at once.
       mask: optional ``bool[B, T]``; masked positions return ``0`` and their hidden states and
         tokens affect nothing, gradients included.
+      temperature: optional sampling temperature ``T > 0`` (may be traced): ``z / T`` is scored,
+        chunk by chunk on the chunked path. ``None`` (default) is ``T = 1``.
 
     Returns:
       ``float32[B, T]`` (float64 for float64 inputs); ``0`` at masked positions; NaN at unmasked
@@ -208,7 +279,8 @@ def token_logprobs_from_hidden(
 
     Raises:
       TypeError: non-integer ``tokens``, non-boolean ``mask``, or a non-int ``chunk_size``.
-      ValueError: shapes disagree, or ``chunk_size < 1``.
+      ValueError: shapes disagree, ``chunk_size < 1``, or a concrete ``temperature`` that is not
+        positive and finite.
 
     Examples:
       >>> import credax, jax, jax.numpy as jnp
@@ -250,9 +322,11 @@ def token_logprobs_from_hidden(
     if mask is not None:
         hidden = jnp.where(mask[..., None], hidden, jnp.zeros_like(hidden))
 
+    inv_temp = _inverse_temperature(temperature, dtype)
+
     def logprobs(h, tok, m):
         logits = jnp.einsum("btd,dv->btv", h, unembedding, preferred_element_type=dtype)
-        return _picked_logprobs(logits, tok, m, dtype, core=_autodiff_core)
+        return _picked_logprobs(logits, tok, m, dtype, core=_autodiff_core, inv_temp=inv_temp)
 
     if chunk_size is None or chunk_size >= length:
         return logprobs(hidden, tokens, mask)

@@ -1,7 +1,7 @@
 """Outcome advantages: one reward per trajectory, compared within its prompt group.
 
 Every estimator here is :func:`credax.group_normalize` with fixed options; none normalises
-implicitly beyond what its docstring states (no hidden batch whitening, user-issues #6). Rows are
+implicitly beyond what its docstring states (no hidden batch whitening, amazon-science/reskill#12). Rows are
 trajectories; a trajectory is never split over rows, so each counts once in every baseline.
 credax never drops rows: degenerate groups get a defined value and :func:`degenerate_groups`
 returns the mask a caller filters on.
@@ -128,7 +128,7 @@ def gdpo_advantages(
 
     ``A_i = Σ_c w_c · group_normalize(r[:, c])_i``. Summing first and normalising after collapses
     distinct combinations — rewards (0, 2) and (0, 1) would get the same advantage, and two
-    components that each vary can cancel to a zero-spread sum (user-issues #45). No batch whitening
+    components that each vary can cancel to a zero-spread sum (huggingface/trl#3857). No batch whitening
     is applied afterwards (TRL's ``normalize_then_sum`` adds one: apply ``group_normalize`` with a
     single group yourself if you want it).
 
@@ -137,7 +137,8 @@ def gdpo_advantages(
       group_ids: ``int[B]`` or ``Groups``.
       mask: ``bool[B]`` valid trajectories (a row is valid or not as a whole).
       weights: ``float[C]`` component weights; may be traced.
-      **options: as :func:`credax.group_normalize`, applied to every component.
+      center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
+        :func:`credax.group_normalize`, applied to every component.
 
     Returns:
       ``float[B]``; ``0`` at masked rows.

@@ -26,10 +26,10 @@ Valid turns form a prefix of each row; padded turns may hold anything (NaN, inf)
 a statistic, a maximum or a gradient, and every output is exactly ``0`` (``False``) there.
 
 Readings. The paper's text and code are not public; its formulas are rebuilt from the abstract and
-secondary write-ups. What SPEC.md marks *(reading)* is ours and switchable: the preservation bonus
-(``0.1``), how the counterfactual refines the hindsight estimate (it replaces it on selected,
-eligible, informative turns), the surprisal (``credax.turn_surprisal``) and the scope of the top-L
-budget.
+secondary write-ups. What the sources leave open is credax's reading, switchable
+(docs/decisions.md): the preservation bonus (``0.1``), how the counterfactual refines the
+hindsight estimate (it replaces it on selected, eligible, informative turns), the surprisal
+(``credax.turn_surprisal``) and the scope of the top-L budget.
 
 Known bias. The per-(prompt, turn) peer sets of the hindsight baseline and of the z-score contain
 only the trajectories that *reached* turn ``k``. When the policy decides when to stop, which peers

@@ -180,7 +180,7 @@ def triage_advantages(
     ``whiten=True`` then z-scores the result over *all valid turns of the batch* (one set, not per
     prompt or per turn index) with the population std: ``(x - μ) / (σ + whiten_eps)``; a batch
     whose valid values are all equal (or a single valid turn) gives ``0``. **Unverified**: this step
-    is reported only by a third-party "TRIAGE v3" reimplementation (papers.md §2.8), not by the
+    is reported only by a third-party "TRIAGE v3" reimplementation (not by the authors), not by the
     paper or any quoted source; it is off by default. Note that it rescales the outcome part too and
     makes every turn's advantage depend on the whole batch.
 

@@ -6,7 +6,7 @@ real turns; valid turns form a prefix of each row (``validate_turns`` rejects a 
 function here treats masked entries as absent whatever they hold (NaN and inf included) and returns
 exactly ``0`` there. Credit is computed in turn space and only then scattered to tokens through an
 explicit ``token_turn`` map — never by scanning token masks, which is how peers lost rewards across
-tool-observation spans (user-issues #23).
+tool-observation spans (verl-project/verl#7278).
 
 All scans are ``lax.scan`` over the turn axis: no Python loop over turns.
 """
@@ -279,3 +279,43 @@ def turn_surprisal(
     total, count = sums[:, 0].reshape(batch, num_turns), sums[:, 1].reshape(batch, num_turns)
     out = total if reduce == "sum" else _checks.safe_div(total, count, count > 0)
     return out.astype(out_dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Masked reverse scans: the shared primitive of value-based credit (GAE over tokens or turns).
+# --------------------------------------------------------------------------------------------
+
+
+def next_valid(x: jax.Array, mask: jax.Array, init: jax.Array) -> jax.Array:
+    """For each position of ``x[B, N]``, the value of ``x`` at the next *valid* position after it.
+
+    ``init[B]`` where no valid position follows (the bootstrap value after the last step). Masked
+    positions are skipped: they do not consume a step (prompt/observation tokens inside a
+    trajectory, as verl and AReaL skip them). Values at masked positions are never read.
+    """
+
+    def step(carry, col):
+        x_t, m_t = col
+        return jnp.where(m_t, x_t, carry), carry
+
+    _, out = jax.lax.scan(step, init, (x.T, mask.T), reverse=True)
+    return out.T
+
+
+def masked_discounted_sum(x: jax.Array, mask: jax.Array, discount: jax.Array) -> jax.Array:
+    """``S_t = x_t + d · S_{t'}`` over valid positions, ``t'`` the next valid one; ``0`` off the mask.
+
+    ``discount`` is a scalar or one value per row (``[B]``, e.g. a length-adaptive λ·γ). Masked
+    positions neither contribute nor consume a discount step (the difference from
+    :func:`discounted_returns`, whose masked turns are a padded suffix). A reverse ``lax.scan``:
+    stable for any horizon.
+    """
+    discount = jnp.broadcast_to(discount, x.shape[:1])
+
+    def step(carry, col):
+        x_t, m_t = col
+        s = jnp.where(m_t, x_t + discount * carry, carry)
+        return s, jnp.where(m_t, s, jnp.zeros_like(s))
+
+    _, out = jax.lax.scan(step, jnp.zeros_like(x[:, 0]), (x.T, mask.T), reverse=True)
+    return out.T

@@ -72,10 +72,12 @@ def sequence_logprobs(
     *,
     apply: Callable[[Any, jax.Array], Any] | None = None,
     chunk_size: int | None = None,
+    temperature: float | Float[Array, ""] | None = None,
 ) -> Float[Array, "B T"]:
     """Log-prob of each token given its prefix, aligned with ``tokens``; ``0`` at position 0.
 
-    ``out[b, t] = log p(tokens[b, t] | tokens[b, :t])`` from the model's output at ``t - 1``.
+    ``out[b, t] = log p(tokens[b, t] | tokens[b, :t])`` from the model's output at ``t - 1``,
+    with ``p = softmax(logits / temperature)`` when a sampling temperature is given.
 
     Args:
       model: the policy; ``apply(model, tokens)`` must return either logits ``[B, T, V]`` or a
@@ -87,12 +89,17 @@ def sequence_logprobs(
         logits cannot affect gradients (NaN included).
       apply: how to call the model; default ``model(tokens)``.
       chunk_size: sequence chunk for the hidden-state path (static); needs the pair output.
+      temperature: optional sampling temperature ``T > 0`` (may be traced), passed to
+        :func:`credax.token_logprobs` / :func:`credax.token_logprobs_from_hidden`. Use the
+        rollout engine's temperature for ``old_logp`` *and* for the trained ``logp`` (through
+        ``policy_loss_fn(..., temperature=T)``), or the first update's ratio is not 1.
 
     Returns:
       ``float32[B, T]``; ``0`` at position 0 and at masked positions.
 
     Raises:
-      ValueError: ``chunk_size`` with a model that returns logits, or outputs of the wrong shape.
+      ValueError: ``chunk_size`` with a model that returns logits, outputs of the wrong shape, or
+        a concrete ``temperature`` that is not positive and finite.
     """
     tokens = _checks.as_int_array(tokens, "tokens")
     _checks.check_ndim(tokens, "tokens", 2, "[B, T]")
@@ -107,7 +114,7 @@ def sequence_logprobs(
     if isinstance(out, tuple | list):
         hidden, unembedding = out
         lp = token_logprobs_from_hidden(
-            hidden, unembedding, targets, chunk_size=chunk_size, mask=scored
+            hidden, unembedding, targets, chunk_size=chunk_size, mask=scored, temperature=temperature
         )
     else:
         if chunk_size is not None:
@@ -115,7 +122,7 @@ def sequence_logprobs(
                 "`chunk_size` needs a model output `(hidden [B, T, D], unembedding [D, V])`; this "
                 "model returned logits, which are already whole. Use `apply=` to return the pair."
             )
-        lp = token_logprobs(out, targets, mask=scored)
+        lp = token_logprobs(out, targets, mask=scored, temperature=temperature)
     return jnp.concatenate([jnp.zeros((batch, 1), lp.dtype), lp[:, :-1]], axis=1)
 
 
@@ -132,7 +139,8 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
     Args:
       model: the policy (see :func:`sequence_logprobs` for what it must return).
       batch: a :class:`PolicyBatch`.
-      **options: ``apply`` and ``chunk_size`` as in :func:`sequence_logprobs`; every other option
+      **options: ``apply``, ``chunk_size`` and ``temperature`` as in :func:`sequence_logprobs`
+        (score with the sampler's temperature); every other option
         goes to :func:`credax.policy_loss` (``clip_low``, ``clip_high``, ``dual_clip``, ``agg``,
         ``normalizer``, ``kl_coef``, ``kl_estimator``, ``ratio``).
 
@@ -159,8 +167,10 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
         raise TypeError(f"`batch` must be a credax.nnx.PolicyBatch; got {type(batch).__name__}.")
     apply = options.pop("apply", None)
     chunk_size = options.pop("chunk_size", None)
+    temperature = options.pop("temperature", None)
     mask = _checks.as_mask(batch.mask, "batch.mask", jnp.shape(batch.tokens))
-    logp = sequence_logprobs(model, batch.tokens, mask, apply=apply, chunk_size=chunk_size)
+    logp = sequence_logprobs(model, batch.tokens, mask, apply=apply, chunk_size=chunk_size,
+                             temperature=temperature)
     mask = mask.at[:, 0].set(False)
     out = policy_loss(
         logp,

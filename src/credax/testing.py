@@ -13,7 +13,8 @@ Each ``check_<invariant>`` draws batches with :func:`turn_batches`, runs the fun
 (hypothesis drives it, derandomized by default so a failure reproduces), and on a violation raises
 an ``AssertionError`` whose message names the invariant and shows the minimal counterexample
 hypothesis shrank to: the batch, the perturbation, and the entries that moved. The module needs
-``hypothesis`` (``pip install 'credax[testing]'``); ``import credax`` does not import it.
+``hypothesis`` (``pip install hypothesis``, or a clone's extra: ``pip install '/path/to/credax[testing]'``);
+``import credax`` does not import it.
 
 The function under test
 -----------------------
@@ -92,7 +93,8 @@ try:
     from hypothesis import strategies as st
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "credax.testing needs hypothesis: pip install 'credax[testing]'"
+        "credax.testing needs hypothesis: pip install hypothesis "
+        "(or, from a clone, pip install '/path/to/credax[testing]')"
     ) from err
 
 __all__ = [

@@ -1,0 +1,114 @@
+"""Peers' estimators re-stated in NumPy from their public source, for side-by-side parity tests.
+
+None of these peers installs here without torch and a GPU stack, so each function below re-states
+the peer's computation in NumPy, following its loop structure and masking conventions step by
+step (written from reading the source, not pasted). Each names the file and function it re-states.
+Nothing here imports credax or JAX.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def verl_gae(token_level_rewards, values, response_mask, gamma, lam):
+    """verl ``trainer/ppo/core_algos.py::compute_gae_advantage_return`` before ``masked_whiten``.
+
+    A reverse loop over every position: the TD error is formed everywhere, but the running value
+    and running advantage are only updated where ``response_mask`` is 1 (observation tokens are
+    skipped). Returns ``(advantages, returns)`` with verl's values at *every* position.
+    """
+    r, v, m = (np.asarray(x, np.float64) for x in (token_level_rewards, values, response_mask))
+    nextvalues = np.zeros(r.shape[0])
+    lastgaelam = np.zeros(r.shape[0])
+    out = []
+    for t in reversed(range(r.shape[1])):
+        delta = r[:, t] + gamma * nextvalues - v[:, t]
+        new = delta + gamma * lam * lastgaelam
+        nextvalues = v[:, t] * m[:, t] + (1 - m[:, t]) * nextvalues
+        lastgaelam = new * m[:, t] + (1 - m[:, t]) * lastgaelam
+        out.append(lastgaelam)
+    adv = np.stack(out[::-1], axis=1)
+    return adv, adv + v
+
+
+def areal_token_gae(rewards, values, loss_mask, seq_no_eos_mask, bootstrap_values, discount, lam):
+    """AReaL ``areal/trainer/ppo/gae.py::_compute_token_level_gae``.
+
+    Its loop runs over ``range(T - 1)`` in reverse (the last position of a next-token loss mask is
+    never a step) and starts from ``bootstrap_values × seq_no_eos_mask``; ``lam`` is per row.
+    """
+    r, v, m = (np.asarray(x, np.float64) for x in (rewards, values, loss_mask))
+    bs, length = r.shape
+    lam = np.broadcast_to(np.asarray(lam, np.float64), (bs,))
+    out = [np.zeros(bs)]
+    last = np.zeros(bs)
+    nextvalues = np.asarray(bootstrap_values, np.float64) * np.asarray(seq_no_eos_mask, np.float64)
+    for t in reversed(range(length - 1)):
+        delta = r[:, t] + discount * nextvalues - v[:, t]
+        new = delta + discount * lam * last
+        nextvalues = nextvalues * (1 - m[:, t]) + v[:, t] * m[:, t]
+        last = last * (1 - m[:, t]) + new * m[:, t]
+        out.append(last)
+    adv = np.stack(out[::-1], axis=1)
+    return adv, adv + v
+
+
+def areal_turn_gae(rewards, values, loss_mask, turn_ids, seq_no_eos_mask, bootstrap_values,
+                   discount, lam):
+    """AReaL ``areal/trainer/ppo/gae.py::_compute_turn_level_gae``.
+
+    Token rewards are summed per turn id; a turn's value is the value at its first valid token;
+    the recursion runs over turn slots in reverse, skipping slots without a valid token; the turn
+    advantage and return are gathered back to tokens (advantages × loss_mask; returns are the
+    token values off the mask).
+    """
+    r, v, m = (np.asarray(x, np.float64) for x in (rewards, values, loss_mask))
+    tid = np.asarray(turn_ids)
+    bs, length = r.shape
+    lam = np.broadcast_to(np.asarray(lam, np.float64), (bs,))
+    valid = m.astype(bool)
+    safe = np.clip(tid, 0, length - 1)
+    turn_rewards = np.zeros((bs, length))
+    first = np.full((bs, length), length)
+    for b in range(bs):
+        for t in range(length):
+            turn_rewards[b, safe[b, t]] += r[b, t] * valid[b, t]
+            if valid[b, t]:
+                first[b, safe[b, t]] = min(first[b, safe[b, t]], t)
+    valid_turn = first < length
+    tv = np.take_along_axis(v, np.minimum(first, length - 1), axis=1) * valid_turn
+    turn_adv = np.zeros((bs, length))
+    last = np.zeros(bs)
+    nextvalues = np.asarray(bootstrap_values, np.float64) * np.asarray(seq_no_eos_mask, np.float64)
+    active = np.where(valid, safe, -1)
+    num_slots = int(active.max()) + 1
+    for k in reversed(range(num_slots)):
+        delta = turn_rewards[:, k] + discount * nextvalues - tv[:, k]
+        new = delta + discount * lam * last
+        mk = valid_turn[:, k]
+        turn_adv[:, k] = np.where(mk, new, 0.0)
+        nextvalues = np.where(mk, tv[:, k], nextvalues)
+        last = np.where(mk, new, last)
+    turn_ret = turn_adv + tv
+    adv = np.take_along_axis(turn_adv, safe, axis=1) * m
+    ret = np.take_along_axis(turn_ret, safe, axis=1)
+    ret = ret * m + v * (1 - m)
+    return adv, ret
+
+
+def areal_vapo_lambda(timestep_lengths, alpha):
+    """AReaL ``areal/trainer/ppo/lambda_fn.py::vapo_length_adaptive_gae``."""
+    lengths = np.asarray(timestep_lengths)
+    lam = np.maximum(1.0 - 1.0 / (alpha * np.maximum(lengths.astype(np.float64), 1.0)), 0.0)
+    return np.where(lengths > 0, lam, 0.0)
+
+
+def verl_value_loss(vpreds, returns, values, response_mask, cliprange_value):
+    """verl ``core_algos.py::compute_value_loss`` with ``loss_agg_mode="token-mean"``."""
+    vp, ret, v, m = (np.asarray(x, np.float64) for x in (vpreds, returns, values, response_mask))
+    clipped = np.clip(vp, v - cliprange_value, v + cliprange_value)
+    l1, l2 = (vp - ret) ** 2, (clipped - ret) ** 2
+    loss = 0.5 * (np.maximum(l1, l2) * m).sum() / m.sum()
+    clipfrac = ((l2 > l1) * m).sum() / m.sum()
+    return loss, clipfrac

@@ -1,0 +1,137 @@
+"""The documentation cannot rot: every ```python block of README.md and docs/**/*.md runs as printed,
+and the site builds with mkdocs --strict (broken links, missing includes and docstrings that
+disagree with their signatures are errors).
+
+The blocks of one file run top to bottom in one namespace, as a reader pastes them; a block that
+is not meant to run uses a plain ``` fence or ```text.
+"""
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import jax
+import pytest
+
+import credax
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md"] + sorted(
+    p for p in (ROOT / "docs").rglob("*.md") if "hooks" not in p.relative_to(ROOT / "docs").parts
+)
+BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
+
+
+def _blocks(path):
+    return BLOCK.findall(path.read_text())
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_python_blocks_run(path):
+    ns = {"__name__": "docs"}
+    # A reader runs these with JAX's standard promotion (optax's adamw, for one, mixes a Python
+    # float with an int32 step count, which the suite's strict mode rejects).
+    with jax.numpy_dtype_promotion("standard"):
+        for index, block in enumerate(_blocks(path)):
+            name = f"{path.relative_to(ROOT).as_posix()}[block {index}]"
+            exec(compile(block, name, "exec"), ns)
+
+
+def test_readme_has_the_quickstart_and_it_computes_grpo():
+    ns = {"__name__": "docs"}
+    exec(compile(_blocks(ROOT / "README.md")[0], "README.md[quickstart]", "exec"), ns)
+    # Prompt 17 = (1, 0, 1): μ = 2/3, unbiased σ = sqrt((1/9 + 4/9 + 1/9) / 2) = sqrt(1/3).
+    sigma = (1 / 3) ** 0.5
+    expected = [(1 / 3) / sigma, (-2 / 3) / sigma, (1 / 3) / sigma, 0.0, 0.0, 0.0]
+    assert [round(float(a), 5) for a in ns["adv"]] == [round(e, 5) for e in expected]
+
+
+def test_readme_keeps_the_two_commands_and_the_lab_markers():
+    text = (ROOT / "README.md").read_text()
+    assert "make demo" in text and "make test" in text
+    start, end = text.find("<!-- lab-results:start -->"), text.find("<!-- lab-results:end -->")
+    assert 0 <= start < end
+
+
+def test_no_install_command_that_cannot_work():
+    # No index has credax: every install instruction names a clone, a path or a wheel.
+    files = [*PAGES, *sorted((ROOT / "src" / "credax").rglob("*.py")),
+             *sorted((ROOT / "notebooks" / "src").glob("*.py"))]
+    bad = re.compile(r"pip install (-U |--upgrade )?['\"]?credax\b")
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in files
+            for i, line in enumerate(p.read_text().splitlines(), 1) if bad.search(line)]
+    assert not hits, hits
+
+
+def test_readme_links_resolve():
+    # mkdocs --strict checks the links of docs/; the README is read on its own (GitHub, an editor).
+    text = (ROOT / "README.md").read_text()
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)
+               if not t.startswith(("http://", "https://", "#"))]
+    assert targets
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert not missing, missing
+
+
+UNSHIPPED = re.compile(r"SPEC ?§|SPEC\.md|user-issues|papers\.md|DESIGN\.md|field-2026")
+
+
+def test_no_reference_to_documents_that_do_not_ship():
+    # The research notes and the spec stay with the project's engineers; what users read points
+    # at public sources or at docs/decisions.md.
+    files = [*PAGES, *sorted((ROOT / "src" / "credax").rglob("*.py"))]
+    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+            for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
+            if UNSHIPPED.search(line)]
+    assert not hits, "\n".join(hits)
+
+
+def test_site_builds_strict_with_every_public_name(tmp_path):
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
+    # Every public name has its own entry (an anchor) in the generated API reference.
+    html = "".join(p.read_text() for p in (site / "api").rglob("*.html"))
+    modules = {"nnx", "presets"}
+    missing = [n for n in credax.__all__ if n not in modules and f'id="credax.{n}"' not in html]
+    assert not missing, missing
+    for page in ("guides/tcpo", "guides/policy-loss", "guides/testing", "decisions", "api/nnx"):
+        assert (site / page / "index.html").is_file(), page
+
+
+def test_rst_docstrings_become_markdown():
+    rst = _load("rst_docstrings")
+    # Roles: a documented name becomes a cross-reference, bare names resolve through `credax`,
+    # an unknown name stays code.
+    assert rst.rewrite(":func:`credax.groups` and :class:`Groups`") == (
+        "[`credax.groups`][credax.groups] and [`Groups`][credax.Groups]")
+    assert rst.rewrite(":func:`no_such_thing`") == "`no_such_thing`"
+    assert rst.rewrite("like this::") == "like this:"
+    # A simple table, whose first column overflows its border and whose last row continues.
+    table = ("===  =====\nkey  value\n===  =====\n``VERL``  a b\n     c\nx    y\n===  =====")
+    assert rst.rewrite(table).splitlines() == [
+        "| key | value |", "|---|---|", "| ``VERL`` | a b c |", "| x | y |"]
+    # Grouped Args entries are repeated, continuation lines included.
+    doc = "Args:\n  a, b: shared\n    text.\n  c: own.\n\nReturns:\n  x."
+    assert rst.rewrite(doc).splitlines()[:6] == [
+        "Args:", "  a: shared", "    text.", "  b: shared", "    text.", "  c: own."]
+    assert rst.rewrite("Title\n-----\nbody") == "**Title**\nbody"
+
+
+def test_api_pages_cover_every_module():
+    pages = _load("api_pages").api_pages()
+    listed = "".join(pages.values())
+    assert all(f"::: credax.{n}" in listed for n in credax.__all__ if n not in {"nnx", "presets"})
+    assert {"api/index.md", "api/presets.md", "api/nnx.md", "api/testing.md"} <= set(pages)
