@@ -24,6 +24,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 import argparse
 import dataclasses
 import pathlib
+import pickle
 import platform
 import sys
 import threading
@@ -83,8 +84,15 @@ def say(*parts):
         print(*parts, flush=True)
 
 
-def run_task(name: str, cfg: Config, methods, seeds, t0: float) -> dict:
-    """Train and measure one task; return its JSON record."""
+def run_task(name: str, cfg: Config, methods, seeds, t0: float, raw: pathlib.Path | None = None) -> dict:
+    """Train and measure one task; return its JSON record. ``raw``: a pickle of the host-side
+    runs, written after training, or read instead of training when it exists (``--from-raw``)."""
+    from .methods import DIAGNOSTICS
+
+    measured = tuple(methods) + tuple(d for d in DIAGNOSTICS if d not in methods)
+    if raw is not None and raw.exists():
+        with open(raw, "rb") as f:
+            return task_record(name, cfg, methods, pickle.load(f), measured)
     runner = get_runner(cfg, tuple(methods))
 
     def log(step, total, ms):
@@ -93,6 +101,11 @@ def run_task(name: str, cfg: Config, methods, seeds, t0: float) -> dict:
 
     say(f"[{name}] compiling and training {len(methods)} methods x {len(seeds)} seeds ...")
     runs = runner.run(seeds, log, steps=cfg.steps)
+    say(f"[{name}] trained, {time.perf_counter() - t0:.0f}s; measuring")
+    if raw is not None:
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        with open(raw, "wb") as f:
+            pickle.dump(runs, f)
     return task_record(name, cfg, methods, runs, runner.measured)
 
 
@@ -163,6 +176,9 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (0..n-1)")
     p.add_argument("--steps", type=int, default=None, help="training steps per run")
     p.add_argument("--out", default="demo-results", help="output folder (default: demo-results)")
+    p.add_argument("--raw", default=None, help="folder for pickles of the raw runs (written after "
+                   "training; with --from-raw, read instead of training)")
+    p.add_argument("--from-raw", action="store_true", help="rebuild the outputs from --raw pickles")
     args = p.parse_args(argv)
 
     preset = "full" if args.full else "tiny" if args.tiny else "default"
@@ -196,7 +212,10 @@ def main(argv=None) -> int:
 
     def work(t):
         try:
-            results[t] = run_task(t, configs[t], methods, seeds, wall0)
+            raw = pathlib.Path(args.raw) / f"raw-{t}.pkl" if args.raw else None
+            if raw is not None and raw.exists() and not args.from_raw:
+                raw.unlink()
+            results[t] = run_task(t, configs[t], methods, seeds, wall0, raw)
         except BaseException as e:  # re-raised on the main thread
             errors.append(e)
 

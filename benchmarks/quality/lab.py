@@ -85,12 +85,12 @@ def gradient_stats(gram, credit, a_star, row, used, num_rows):
     ``||u_m||²`` (the inverse of a signal-to-noise ratio; scale-free).
     """
     G = jnp.where(used[:, None] & used[None, :], gram, 0.0)
-    same = (row[:, None] == row[None, :]).astype(G.dtype)
+    same = row[:, None] == row[None, :]
     quad = lambda a, M: jnp.einsum("mp,pq,mq->m", a, M, a)
     sq = quad(credit, G)
     ss = a_star @ G @ a_star
     cos = (credit @ G @ a_star) / jnp.sqrt(jnp.maximum(sq * ss, 1e-30))
-    relvar = (quad(credit, G * same) - sq / num_rows) / jnp.maximum(sq, 1e-30)
+    relvar = (quad(credit, jnp.where(same, G, 0.0)) - sq / num_rows) / jnp.maximum(sq, 1e-30)
     return cos, relvar
 
 

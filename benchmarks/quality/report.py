@@ -150,7 +150,7 @@ def plot_credit(path: pathlib.Path, record: dict) -> None:
             ax.set_xlim(-0.5, 1.05)
             ax.set_title(f"{record['tasks'][t]['label']}\n{metric.capitalize()} with A*", fontsize=10)
             ax.grid(alpha=0.3, axis="x")
-            ax.legend(fontsize=7, loc="lower left")
+            ax.legend(fontsize=7, loc="upper left")
         axes[2 * t_i].set_yticks(y)
         axes[2 * t_i].set_yticklabels([credit[steps[0]][n]["label"] for n in names], fontsize=8)
     axes[0].invert_yaxis()

@@ -93,7 +93,7 @@ def evaluate(model: Policy, targets: jax.Array, key: jax.Array, repeats: int) ->
         probes=f32(jnp.sum(r.turn_mask & (r.roles == E.EXPLORATION), axis=1)),
         regressions=f32(jnp.sum(r.turn_mask & (r.roles == E.REGRESSION), axis=1)),
         broke_solved=jnp.where(
-            n_reached > 0, jnp.sum(jnp.where(reached, broke, False)) / jnp.maximum(n_reached, 1.0),
+            n_reached > 0, jnp.sum((reached & broke).astype(jnp.float32)) / jnp.maximum(n_reached, 1.0),
             jnp.nan,
         ),
     )
