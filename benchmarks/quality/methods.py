@@ -296,10 +296,11 @@ VARIANTS: dict[str, Method] = {
 }
 
 # Measured by the lab only (never trained): TCPO's parts, and the variants above
-# (``tcpo_unnormalized`` is R + H before the z-score).
+# (``tcpo_unnormalized`` equals R + H before the z-score: with γ = 1 that is all normalize does).
 DIAGNOSTICS: tuple[Method, ...] = (
     Method("tcpo_part_retro", "TCPO part: retrospective R (raw)", _tcpo_part("retrospective")),
     Method("tcpo_part_hindsight", "TCPO part: hindsight H (raw)", _tcpo_part("hindsight")),
+    Method("tcpo_part_raw", "TCPO part: R + H before the z-score", _tcpo_part("raw")),
     *VARIANTS.values(),
     Method("grpo_plus_tcpo", "diagnostic: GRPO + TCPO-hindsight advantage",
            lambda ctx, s: grpo(ctx, s) + tcpo_hindsight(ctx, s)),
