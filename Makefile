@@ -6,6 +6,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP  := $(VENV)/.installed-test
+VERL_PIN    := verl==0.9.1
 
 .PHONY: test demo bench lint clean docs docs-serve notebooks
 
@@ -21,7 +23,14 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-test: $(STAMP)
+# The suite also tests credax.torch and credax.verl against the real torch and verl: the torch and
+# verl extras, then verl itself without its declared (heavy, GPU-training) dependencies.
+$(TEST_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,torch,verl]'
+	$(PY) -m pip install --quiet --no-deps '$(VERL_PIN)'
+	touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile
 
 # The demo installs only what it needs (the `demo` extra), not the dev tools.

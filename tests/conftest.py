@@ -8,8 +8,12 @@ Hypothesis: ``ci`` (default) is derandomized so CI is reproducible; ``dev`` is f
 
 import os
 
+import chex
 import jax
+import pytest
 from hypothesis import HealthCheck, settings
+
+from credax import _api
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -29,3 +33,20 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def traced_once():
+    """Rebuild a public credax entry around its body wrapped in ``chex.assert_max_traces``.
+
+    ``traced_once(credax.f, n=1)`` has ``f``'s decorator options (static arguments, group-id
+    conversion, pre-trace checks) and raises ``AssertionError`` when its body is traced more than
+    ``n`` times: the compile-once tests count traces with chex instead of private jit caches.
+    """
+
+    def rebuild(public, n=1):
+        chex.clear_trace_counter()
+        body = chex.assert_max_traces(public.__wrapped__, n=n)
+        return _api.jit_public(**public.public_options)(body)
+
+    return rebuild

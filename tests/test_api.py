@@ -35,11 +35,22 @@ ESTIMATORS = {
     # value-based credit
     "gae_advantages", "GAE", "turn_gae_advantages", "TurnGAE", "turn_values", "TurnValues",
     "vapo_lambda", "value_loss", "ValueLoss",
+    # hierarchical history groups
+    "hgpo_advantages", "HGPO",
+    # shrinkage baselines
+    "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
+}
+
+
+# Issue 16's rollouts plumbing (documented in docs/guides/rollouts.md), listed by hand.
+ROLLOUTS = {
+    "rollouts", "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
+    "RolloutLayout", "readers", "read_rollouts", "write_rollouts", "RolloutFormatError",
 }
 
 
 def test_public_names_match_spec():
-    assert set(credax.__all__) == SPEC_NAMES | ADDITIONS | ESTIMATORS
+    assert set(credax.__all__) == SPEC_NAMES | ADDITIONS | ESTIMATORS | ROLLOUTS
 
 
 def test_every_name_resolves():

@@ -4,7 +4,8 @@ Every public name of ``credax`` is re-exported by ``src/credax/__init__.py`` wit
 ``from ._module import name as name``; this hook reads those lines (statically, with ``ast``) and
 writes ``api/<module>.md`` with the module's docstring and one ``::: credax.<name>`` block per name,
 so a name added to the package appears in the reference without editing the docs. The public
-submodules (``credax.presets``, ``credax.nnx``, ``credax.testing``) get a page each.
+submodules (``credax.presets``, ``credax.nnx``, ``credax.testing``, ``credax.torch``) get a page
+each.
 
 It also serves a few committed files from outside ``docs/`` at their repository paths (the
 benchmark plots, the notebooks), so a page links them as ``../benchmarks/results/speed-cpu.png``
@@ -37,8 +38,14 @@ TITLES = {
     "presets": "Parity presets (credax.presets)",
     "nnx": "Flax NNX wrapper (credax.nnx)",
     "testing": "Property testing (credax.testing)",
+    "torch": "Torch bridge (credax.torch)",
 }
-PUBLIC_MODULES = ("presets", "nnx", "testing")
+# Public submodules (no leading underscore: presets, nnx, testing, torch, ...) get a page each.
+PUBLIC_MODULES = tuple(sorted(
+    p.stem if p.is_file() else p.name
+    for p in INIT.parent.iterdir()
+    if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file())
+))
 ASSETS = ("benchmarks/results/*.png", "benchmarks/results/*.json",
           "benchmarks/quality/results/*.png", "benchmarks/quality/results/*.json",
           "notebooks/*.ipynb")
@@ -69,11 +76,12 @@ def title(module: str) -> str:
 def page(module: str, names: list[str]) -> str:
     title_ = title(module)
     lines = [f"# {title_}", ""]
-    if module in PUBLIC_MODULES:
+    if not names:  # a public submodule whose names are not re-exported: the module page itself
         lines += [f"::: credax.{module}", "    options:", "      show_root_heading: false",
                   "      show_root_toc_entry: false", ""]
         return "\n".join(lines)
-    lines += [f"Defined in `credax/{module}.py`; every name below is importable as `credax.<name>`.",
+    lines += [f"Defined in `credax/{module}.py`; every name below is importable as `credax.<name>`"
+              + (f" (and as `credax.{module}.<name>`)." if not module.startswith("_") else "."),
               "", f"::: credax.{module}", "    options:", "      members: false",
               "      show_root_heading: false", "      show_root_toc_entry: false", ""]
     for name in names:
@@ -86,12 +94,10 @@ def api_pages() -> dict[str, str]:
     by_module = public_names_by_module()
     pages = {}
     for module, names in by_module.items():
-        if module in PUBLIC_MODULES:
-            continue  # `from . import presets as presets`: its own page below
         pages[f"api/{module.strip('_')}.md"] = page(module, names)
     for module in PUBLIC_MODULES:
-        if (INIT.parent / f"{module}.py").exists() or (INIT.parent / module).is_dir():
-            pages[f"api/{module}.md"] = page(module, [])
+        # `from . import presets as presets` re-exports no names: the module's own page.
+        pages.setdefault(f"api/{module}.md", page(module, []))
     index = ["# API reference", "",
              "Generated from the docstrings. Every public function is re-exported by `credax`; "
              "the pages follow the modules the code lives in.", ""]

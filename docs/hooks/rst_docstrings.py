@@ -7,7 +7,8 @@ reference is built, so the source stays as it is:
 
 * ``:func:`credax.x``` / ``:class:`` / ``:attr:`` / ``:meth:`` / ``:mod:`` become cross-references
   to the documented object (bare names are looked up in the object's public module, then in
-  ``credax``); a name that is not documented stays plain code.
+  ``credax``); a name the reference does not render (unknown, or only imported there) stays
+  plain code.
 * ``text::`` becomes ``text:`` (the indented block after it is already a Markdown code block).
 * simple tables become Markdown tables (a row whose first column is empty continues the row above).
 * an underlined title becomes a bold line (a heading would break the page's table of contents).
@@ -54,13 +55,27 @@ def _public_module(obj: griffe.Object) -> str:
     return ".".join(public)
 
 
-def _role(match: re.Match, scope: str) -> str:
+def _role(match: re.Match, scope: str, exists) -> str:
     name = match.group(1)
     candidates = [name] if name.startswith("credax") else [f"{scope}.{name}", f"credax.{name}"]
     for target in candidates:
-        if _documented(target):
+        if exists(target):
             return f"[`{name}`][{target}]"
     return f"`{name}`"
+
+
+def _rendered(collection):
+    """Whether griffe's tree holds ``path`` as an object the API pages render: defined in its module
+    (not an import of another module's object), or re-exported by ``credax`` itself."""
+
+    def exists(path: str) -> bool:
+        try:
+            obj = collection[path]
+        except (KeyError, ValueError, griffe.AliasResolutionError):
+            return False
+        return not obj.is_alias or obj.parent.path == "credax"
+
+    return exists
 
 
 def _table(lines: list[str]) -> list[str]:
@@ -129,7 +144,7 @@ def _split_grouped(lines: list[str]) -> list[str]:
     return out
 
 
-def rewrite(text: str, scope: str = "credax") -> str:
+def rewrite(text: str, scope: str = "credax", exists=_documented) -> str:
     """The Markdown for one docstring (pure function; tests/test_docs.py calls it directly)."""
     lines, out, i = _split_grouped(text.splitlines()), [], 0
     while i < len(lines):
@@ -153,12 +168,13 @@ def rewrite(text: str, scope: str = "credax") -> str:
         out.append(line)
         i += 1
     text = "\n".join(out)
-    return ROLE.sub(lambda m: _role(m, scope), text)
+    return ROLE.sub(lambda m: _role(m, scope, exists), text)
 
 
 class RstDocstrings(griffe.Extension):
     """Rewrite every docstring once the object tree is complete."""
 
-    def on_object(self, *, obj: griffe.Object, **kwargs) -> None:
+    def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader, **kwargs) -> None:
         if obj.docstring is not None and not obj.is_alias:
-            obj.docstring.value = rewrite(obj.docstring.value, _public_module(obj))
+            exists = _rendered(loader.modules_collection)
+            obj.docstring.value = rewrite(obj.docstring.value, _public_module(obj), exists)

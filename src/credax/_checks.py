@@ -9,6 +9,7 @@ eager ``validate_*`` functions of ``_validate.py``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import jax
@@ -36,8 +37,27 @@ def output_dtype(dtype) -> jnp.dtype:
     return jnp.dtype(jnp.float32)
 
 
+def reject_torch(x, name: str, function: str | None = None) -> None:
+    """``TypeError`` pointing to ``credax.torch`` when ``x`` is a torch tensor.
+
+    JAX's own error for a tensor ("error interpreting argument ... as an abstract array") does not
+    say what to do, and a CPU tensor that slipped through ``np.asarray`` would hide a device copy.
+    torch is looked up in ``sys.modules`` only: if it was never imported no tensor can exist, and
+    credax never imports it.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        call = f"credax.torch.{function}" if function else "the same function in credax.torch"
+        raise TypeError(
+            f"`{name}` is a torch.Tensor; credax's functions take JAX or NumPy arrays. Use "
+            f"{call} (`import credax.torch`): it takes and returns torch tensors on their device, "
+            "through DLPack without a copy."
+        )
+
+
 def as_float_array(x, name: str) -> jax.Array:
     """``x`` as an array of a real numeric dtype (float, int or bool), else ``TypeError``."""
+    reject_torch(x, name)
     x = jnp.asarray(x)
     if not (
         jnp.issubdtype(x.dtype, jnp.floating)
@@ -57,6 +77,7 @@ def as_mask(mask, name: str, shape: Sequence[int]) -> jax.Array:
     shape = tuple(shape)
     if mask is None:
         return jnp.ones(shape, dtype=bool)
+    reject_torch(mask, name)
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         raise TypeError(
@@ -69,6 +90,7 @@ def as_mask(mask, name: str, shape: Sequence[int]) -> jax.Array:
 
 
 def as_int_array(x, name: str) -> jax.Array:
+    reject_torch(x, name)
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"`{name}` must be an integer array; got dtype {x.dtype}.")
@@ -109,6 +131,11 @@ def scalar(value, dtype, name: str) -> jax.Array:
     if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
         raise TypeError(f"`{name}` must be a real number; got dtype {value.dtype}.")
     return value.astype(dtype)
+
+
+def select(mask: jax.Array, x: jax.Array) -> jax.Array:
+    """``x`` where ``mask``, exactly ``0`` elsewhere (a select, never a product: NaN stays out)."""
+    return jnp.where(mask, x, jnp.zeros_like(x))
 
 
 def safe_div(num: jax.Array, den: jax.Array, ok: jax.Array) -> jax.Array:

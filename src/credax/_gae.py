@@ -26,8 +26,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import jit_public
-from ._losses import _check_agg, _concrete_float, _prechecked, aggregate
+from ._api import check_concrete, jit_public
+from ._losses import aggregate_values, check_agg, check_normalizer
 from ._turns import check_token_turn, masked_discounted_sum, next_valid
 
 
@@ -61,9 +61,7 @@ class ValueLoss(NamedTuple):
 
 
 def _check_unit_interval(value, name: str) -> None:
-    v = _concrete_float(value)
-    if v is not None and not 0.0 <= v <= 1.0:
-        raise ValueError(f"`{name}` must lie in [0, 1]; got {v}.")
+    check_concrete(value, name, lambda v: 0.0 <= v <= 1.0, "lie in [0, 1]")
 
 
 def _check_gae_args(a) -> None:
@@ -114,8 +112,7 @@ def _prepare_timesteps(rewards, values, mask, bootstrap, gamma, lam):
     return r, v, mask, boot, gamma, lam, out_dtype
 
 
-@_prechecked(_check_gae_args)
-@jit_public()
+@jit_public(check=_check_gae_args)
 def gae_advantages(
     rewards: Float[Array, "B N"],
     values: Float[Array, "B N"],
@@ -236,8 +233,7 @@ def turn_values(
     return TurnValues(tv.astype(out_dtype), has_token)
 
 
-@_prechecked(_check_gae_args)
-@jit_public()
+@jit_public(check=_check_gae_args)
 def turn_gae_advantages(
     turn_rewards: Float[Array, "B K"],
     values: Float[Array, "B T"],
@@ -307,13 +303,10 @@ def turn_gae_advantages(
 
 
 def _check_alpha(a) -> None:
-    alpha = _concrete_float(a["alpha"])
-    if alpha is not None and not alpha > 0:
-        raise ValueError(f"`alpha` must be positive (λ = 1 - 1/(α·L)); got {alpha}.")
+    check_concrete(a["alpha"], "alpha", lambda v: v > 0, "be positive (λ = 1 - 1/(α·L))")
 
 
-@_prechecked(_check_alpha)
-@jit_public()
+@jit_public(check=_check_alpha)
 def vapo_lambda(
     mask: Bool[Array, "B N"],
     *,
@@ -356,13 +349,11 @@ def vapo_lambda(
 
 def _check_value_loss_args(a) -> None:
     if a["clip"] is not None:
-        c = _concrete_float(a["clip"])
-        if c is not None and not c > 0:
-            raise ValueError(f"`clip` must be positive (or None for no clipping); got {c}.")
+        check_concrete(a["clip"], "clip", lambda v: v > 0, "be positive (or None for no clipping)")
+    check_normalizer(a["normalizer"])
 
 
-@_prechecked(_check_value_loss_args)
-@jit_public(static_argnames=("agg",))
+@jit_public(static_argnames=("agg",), check=_check_value_loss_args)
 def value_loss(
     values: Float[Array, "B N"],
     old_values: Float[Array, "B N"],
@@ -406,7 +397,7 @@ def value_loss(
       verl ``compute_value_loss`` (from TRL's PPO trainer): same form, ``0.5 ×`` its ``agg_loss``,
       ``clipfrac = mean(clipped > unclipped)``.
     """
-    _check_agg(agg, normalizer)
+    check_agg(agg, normalizer)
     v = _checks.as_float_array(values, "values")
     _checks.check_ndim(v, "values", 2, "[B, N]")
     mask = _checks.as_mask(mask, "mask", v.shape)
@@ -431,5 +422,5 @@ def value_loss(
         count = jnp.sum(mask, dtype=dt)
         took = jnp.where(mask, sg(clipped) > sg(unclipped), False)
         clip_frac = _checks.safe_div(jnp.sum(took, dtype=dt), count, count > 0)
-    loss = 0.5 * aggregate(losses, mask, mode=agg, normalizer=normalizer)
+    loss = 0.5 * aggregate_values(losses, mask, agg, normalizer)
     return ValueLoss(loss, clip_frac)

@@ -27,8 +27,6 @@ a few rounds of scatter-min into a hash table; the representative's row number i
 
 from __future__ import annotations
 
-import functools
-import inspect
 from typing import NamedTuple
 
 import jax
@@ -36,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
+from . import _api, _checks
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -153,21 +151,6 @@ def _representatives(keys: tuple[jax.Array, ...], valid: jax.Array | None = None
 _representatives_jit = jax.jit(_representatives)
 
 
-def _concrete_numpy(x):
-    """``x`` as a NumPy array when it is a host value, ``None`` when it is traced or a JAX array.
-
-    JAX arrays are left on their device: copying them to the host on every call would be a host
-    round trip per step on an accelerator, and they cannot hold truncated 64-bit ids (JAX made them
-    int32 already, or x64 is on and they are hashed at full width).
-    """
-    if isinstance(x, jax.Array):  # tracers included
-        return None
-    try:
-        return np.asarray(x)
-    except Exception:  # pragma: no cover - exotic array types
-        return None
-
-
 def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     """Densify group ids once, for reuse by every grouped function of a training step.
 
@@ -205,8 +188,9 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     """
     if isinstance(group_ids, Groups):
         return group_ids
-    group_ids = _replicate_explicit(group_ids)
-    host = _concrete_numpy(group_ids)
+    _checks.reject_torch(group_ids, "group_ids", "groups")
+    group_ids = _api.replicate_explicit(group_ids)
+    host = _api.concrete_numpy(group_ids)
     if host is not None:
         if host.dtype == object or not np.issubdtype(host.dtype, np.integer):
             raise TypeError(f"`group_ids` must be an integer array; got dtype {host.dtype}.")
@@ -247,60 +231,14 @@ def groups_from_keys(*keys: jax.Array, valid: jax.Array | None = None) -> Groups
     return Groups(_representatives(tuple(keys), valid), keys[0].shape[0])
 
 
-def _replicate_explicit(x):
-    """Replicate an array sharded over *Explicit* mesh axes (``jax.make_mesh``'s default).
+def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None):
+    """:func:`credax._api.jit_public` for functions taking ``group_ids``: ids → ``Groups`` first.
 
-    With explicit sharding the shardings are part of the types, and the scatters of the segment
-    statistics (rows of one group on several shards, a table indexed by group) cannot resolve
-    theirs: JAX raises ``ShardingTypeError``. Gathering the rows first is what a group statistic
-    needs anyway; ``[B]`` and ``[B, K]`` arrays are small. Auto-axis (GSPMD) shardings and
-    unsharded values pass through unchanged.
+    The ids are converted by :func:`groups` outside the compiled function, so raw ids and a
+    precomputed ``Groups`` hit the same compiled program, and concrete 64-bit ids are checked on
+    the host. ``None`` passes through (an optional grouping, as in ``select_top_surprisal``).
     """
-    try:
-        sharding = jax.typeof(x).sharding
-    except TypeError:  # static options (strings), not arrays
-        return x
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
-        return x
-    if all(axis is None for axis in sharding.spec):
-        return x
-    return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-
-
-def jit_public(*, static_argnames: tuple[str, ...] = (), group_args: tuple[str, ...] = ("group_ids",)):
-    """Decorator for public functions: jit with static options, ids → ``Groups`` before tracing.
-
-    The group-id arguments are converted by :func:`groups` outside the compiled function, so raw
-    ids and a precomputed ``Groups`` hit the same compiled program, and concrete 64-bit ids are
-    checked on the host. Called inside a user's own ``jit`` everything is simply traced inline.
-    """
-
-    def decorate(fn):
-        jitted = jax.jit(fn, static_argnames=static_argnames)
-        params = list(inspect.signature(fn).parameters)
-        positions = {name: params.index(name) for name in group_args if name in params}
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if positions:
-                # Only grouped functions scatter rows into per-group tables; row-wise functions
-                # (turn scans, losses) keep their batch sharding.
-                args, kwargs = jax.tree_util.tree_map(_replicate_explicit, (args, kwargs))
-                args = list(args)
-                for name, pos in positions.items():
-                    # ``None`` passes through: an optional grouping (select_top_surprisal).
-                    if pos < len(args):
-                        if args[pos] is not None:
-                            args[pos] = groups(args[pos])
-                    elif kwargs.get(name) is not None:
-                        kwargs[name] = groups(kwargs[name])
-            return jitted(*args, **kwargs)
-
-        wrapper.jitted = jitted  # tests read jitted._cache_size() to check "compiles once"
-        return wrapper
-
-    return decorate
+    return _api.jit_public(static_argnames=static_argnames, convert={"group_ids": groups}, check=check)
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,7 +368,7 @@ def normalize_with_groups(
     return jnp.where(mask, out, jnp.zeros_like(out))
 
 
-@jit_public(static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"))
+@jit_grouped(static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"))
 def group_normalize(
     x: Float[Array, "B *rest"],
     group_ids: Int[Array, " B"] | Groups,
@@ -504,7 +442,7 @@ def group_normalize(
     return out.astype(out_dtype)
 
 
-@jit_public()
+@jit_grouped()
 def group_mean(
     x: Float[Array, "B *rest"],
     group_ids: Int[Array, " B"] | Groups,
@@ -526,7 +464,7 @@ def group_mean(
     return out.astype(out_dtype)
 
 
-@jit_public()
+@jit_grouped()
 def group_count(
     group_ids: Int[Array, " B"] | Groups,
     mask: Bool[Array, "B *rest"] | None = None,
@@ -556,7 +494,7 @@ class PeerMean(NamedTuple):
     count: jax.Array
 
 
-@jit_public()
+@jit_grouped()
 def peer_mean(
     x: Float[Array, "B *rest"],
     group_ids: Int[Array, " B"] | Groups,
@@ -578,11 +516,17 @@ def peer_mean(
       (Array([0.25, 0.75, 0.5 , 0.  ], dtype=float32), Array([2, 2, 2, 0], dtype=int32))
     """
     xc, mask, out_dtype = prepare(x, group_ids, mask)
-    st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    pm = peer_mean_with_groups(xc, group_ids, mask)
+    return PeerMean(pm.mean.astype(out_dtype), pm.count)
+
+
+def peer_mean_with_groups(x: jax.Array, g: Groups, mask: jax.Array) -> PeerMean:
+    """The body of :func:`peer_mean` on prepared inputs (compute dtype, boolean mask)."""
+    st = segment_stats(x, g.index, g.num_groups, mask)
     others = st.count - 1
     has_peer = mask & (others > 0)
     # Sum of the others in the shifted domain: the set's sum minus the entry's own value.
     loo = _checks.safe_div(st.total - st.shifted, others, has_peer)
-    mean = jnp.where(has_peer, st.shift + loo, jnp.zeros_like(xc))
+    mean = jnp.where(has_peer, st.shift + loo, jnp.zeros_like(x))
     count = jnp.where(mask, others, 0).astype(jnp.int32)
-    return PeerMean(mean.astype(out_dtype), count)
+    return PeerMean(mean, count)

@@ -13,20 +13,13 @@ out-of-range tokens at real positions are NaN, so a data bug stays visible.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import _concrete_numpy, jit_public
-
-
-def _select(mask: jax.Array, x: jax.Array) -> jax.Array:
-    return jnp.where(mask, x, jnp.zeros_like(x))
-
+from ._api import concrete_numpy, jit_public
 
 # --------------------------------------------------------------------------------------------
 # Token log-probabilities.
@@ -120,14 +113,14 @@ def _picked_logprobs(logits: jax.Array, tokens: jax.Array, mask: jax.Array | Non
     lp = core(logits, safe, valid, inv_temp).astype(dtype)
     # An out-of-range token on a real position is a data bug: keep it visible as NaN.
     lp = jnp.where(in_range, lp, jnp.full_like(lp, jnp.nan))
-    return lp if mask is None else _select(mask, lp)
+    return lp if mask is None else _checks.select(mask, lp)
 
 
 def check_temperature(temperature) -> None:
     """Eager range check of a concrete ``temperature`` (a traced one is used as given)."""
     if temperature is None:
         return
-    host = _concrete_numpy(temperature)
+    host = concrete_numpy(temperature)
     if host is None:
         return
     real = np.issubdtype(host.dtype, np.floating) or np.issubdtype(host.dtype, np.integer)
@@ -140,16 +133,8 @@ def check_temperature(temperature) -> None:
         )
 
 
-def _temperature_checked(public):
-    """Check a concrete ``temperature`` before ``jit_public`` traces it (keyword-only argument)."""
-
-    @functools.wraps(public)
-    def wrapper(*args, **kwargs):
-        check_temperature(kwargs.get("temperature"))
-        return public(*args, **kwargs)
-
-    wrapper.jitted = public.jitted
-    return wrapper
+def _check_temperature_arg(arguments) -> None:
+    check_temperature(arguments["temperature"])
 
 
 def _inverse_temperature(temperature, dtype) -> jax.Array | None:
@@ -162,8 +147,7 @@ def _check_tokens(tokens, shape, name: str = "tokens") -> jax.Array:
     return tokens
 
 
-@_temperature_checked
-@jit_public()
+@jit_public(check=_check_temperature_arg)
 def token_logprobs(
     logits: Float[Array, "B T V"],
     tokens: Int[Array, "B T"],
@@ -236,8 +220,7 @@ def token_logprobs(
                             inv_temp=_inverse_temperature(temperature, dtype))
 
 
-@_temperature_checked
-@jit_public(static_argnames=("chunk_size",))
+@jit_public(static_argnames=("chunk_size",), check=_check_temperature_arg)
 def token_logprobs_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],

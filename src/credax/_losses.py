@@ -24,8 +24,6 @@ silent bugs (masks, aggregation, clipping, KL: docs/decisions.md). The rules, st
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from typing import NamedTuple
 
@@ -34,8 +32,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import _concrete_numpy, jit_public
-from ._logprobs import _select
+from ._api import check_concrete, jit_public
 from ._turns import check_token_turn, gather_turns
 
 AGG_MODES = (
@@ -64,50 +61,9 @@ def _token_array(x, name: str, shape, dtype) -> jax.Array:
     return x.astype(dtype)
 
 
-def _concrete_float(value) -> float | None:
-    """``value`` as a Python float when it is concrete and scalar, else ``None`` (traced)."""
-    if value is None:
-        return None
-    host = _concrete_numpy(value)
-    if host is None or host.ndim != 0:
-        return None
-    try:
-        return float(host)
-    except (TypeError, ValueError):
-        return None
-
-
-def _prechecked(check):
-    """Run ``check(arguments)`` on the raw call before the ``jit_public`` wrapper traces it.
-
-    Numeric hyperparameters are traced under ``jit`` so that schedules do not recompile, which
-    means their values are invisible while tracing. Concrete values — every ordinary call,
-    including calls from inside the caller's own ``jit`` with Python floats — are checked here,
-    before tracing; a traced schedule value cannot be checked and is used as given.
-    """
-
-    def decorate(public):
-        signature = inspect.signature(public)
-
-        @functools.wraps(public)
-        def wrapper(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            check(bound.arguments)
-            return public(*args, **kwargs)
-
-        wrapper.jitted = public.jitted
-        return wrapper
-
-    return decorate
-
-
-def _check_normalizer(normalizer) -> None:
-    value = _concrete_float(normalizer)
-    if value is not None and not value >= 0:
-        raise ValueError(
-            f"`normalizer` must be a non-negative token or sequence count; got {value}."
-        )
+def check_normalizer(normalizer) -> None:
+    check_concrete(normalizer, "normalizer", lambda v: v >= 0,
+                   "be a non-negative token or sequence count")
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +82,7 @@ def _k3_kernel(x: jax.Array) -> jax.Array:
     relative precision. The final ``max(·, 0)`` is a guard, not a correction.
     """
     small = jnp.abs(x) < _K3_SERIES_BELOW
-    xs = _select(small, x)
+    xs = _checks.select(small, x)
     series = 1.0 / 362880.0
     for n in (8, 7, 6, 5, 4, 3, 2):
         series = 1.0 / math.factorial(n) + xs * series
@@ -213,10 +169,10 @@ def kl_divergence(
     lp, ref = logp.astype(dtype), ref_logp.astype(dtype)
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", logp.shape)
-        lp, ref = _select(mask, lp), _select(mask, ref)
+        lp, ref = _checks.select(mask, lp), _checks.select(mask, ref)
     out = _kl_values(lp, ref, estimator)
     if mask is not None:
-        out = _select(mask, out)
+        out = _checks.select(mask, out)
     return out.astype(_checks.output_dtype(logp.dtype))
 
 
@@ -225,10 +181,10 @@ def kl_divergence(
 # --------------------------------------------------------------------------------------------
 
 
-def _aggregate(values: jax.Array, mask: jax.Array, mode: str, normalizer) -> jax.Array:
+def aggregate_values(values: jax.Array, mask: jax.Array, mode: str, normalizer) -> jax.Array:
     """:func:`aggregate` on prepared inputs (compute dtype, boolean mask, any values at masked)."""
     dtype = values.dtype
-    values = _select(mask, values)
+    values = _checks.select(mask, values)
     if mode == "token-sum":
         return jnp.sum(values)
     if mode == "token-mean":
@@ -247,7 +203,7 @@ def _aggregate(values: jax.Array, mask: jax.Array, mode: str, normalizer) -> jax
     return _checks.safe_div(total, count, count > 0)
 
 
-def _check_agg(mode: str, normalizer) -> None:
+def check_agg(mode: str, normalizer) -> None:
     _checks.check_option(mode, "mode", AGG_MODES)
     if mode == "seq-mean-token-sum-norm" and normalizer is None:
         raise ValueError(
@@ -259,8 +215,7 @@ def _check_agg(mode: str, normalizer) -> None:
         raise ValueError("`mode='token-sum'` has no denominator; do not pass `normalizer`.")
 
 
-@_prechecked(lambda a: _check_normalizer(a["normalizer"]))
-@jit_public(static_argnames=("mode",))
+@jit_public(static_argnames=("mode",), check=lambda a: check_normalizer(a["normalizer"]))
 def aggregate(
     values: Float[Array, "B T"],
     mask: Bool[Array, "B T"] | None,
@@ -322,11 +277,11 @@ def aggregate(
       token mean; Dr. GRPO (arXiv 2503.20783) for the constant normaliser. Reproduces verl
       ``agg_loss`` (with ``seq-mean-token-sum-norm`` normalizer = sequences × ``loss_scale_factor``).
     """
-    _check_agg(mode, normalizer)
+    check_agg(mode, normalizer)
     values = _checks.as_float_array(values, "values")
     _checks.check_ndim(values, "values", 2, "[B, T]")
     mask = _checks.as_mask(mask, "mask", values.shape)
-    return _aggregate(values.astype(_checks.compute_dtype(values.dtype)), mask, mode, normalizer)
+    return aggregate_values(values.astype(_checks.compute_dtype(values.dtype)), mask, mode, normalizer)
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,29 +328,21 @@ class PolicyLoss(NamedTuple):
 
 
 def _check_policy_args(a) -> None:
-    low, high = _concrete_float(a["clip_low"]), _concrete_float(a["clip_high"])
-    if low is not None and not 0 < low < 1:
-        raise ValueError(
-            f"`clip_low` must lie in (0, 1) (the ratio's lower bound is 1 - clip_low); got {low}."
-        )
-    if high is not None and not (0 < high and math.isfinite(high)):
-        raise ValueError(f"`clip_high` must be positive and finite; got {high}.")
+    check_concrete(a["clip_low"], "clip_low", lambda v: 0 < v < 1,
+                   "lie in (0, 1) (the ratio's lower bound is 1 - clip_low)")
+    check_concrete(a["clip_high"], "clip_high", lambda v: 0 < v and math.isfinite(v),
+                   "be positive and finite")
     if a["dual_clip"] is not None:
-        c = _concrete_float(a["dual_clip"])
-        if c is not None and not c > 1:
-            raise ValueError(
-                f"`dual_clip` must be > 1 (it caps the ratio of negative-advantage tokens); got "
-                f"{c}. Use `dual_clip=None` to disable it."
-            )
-    coef = _concrete_float(a["kl_coef"])
-    if coef is not None and not coef >= 0:
-        raise ValueError(f"`kl_coef` must be >= 0; got {coef}.")
+        check_concrete(a["dual_clip"], "dual_clip", lambda v: v > 1,
+                       "be > 1 (it caps the ratio of negative-advantage tokens; "
+                       "`dual_clip=None` disables it)")
+    coef = check_concrete(a["kl_coef"], "kl_coef", lambda v: v >= 0, "be >= 0")
     if a["ref_logp"] is None and coef is not None and coef != 0:
         raise ValueError(
             f"`kl_coef={coef}` needs `ref_logp` (the reference policy's log-probs of the same "
             "tokens); without it there is no KL term to weight."
         )
-    _check_normalizer(a["normalizer"])
+    check_normalizer(a["normalizer"])
 
 
 def _token_advantages(advantages, token_turn, mask, shape, dtype):
@@ -436,8 +383,7 @@ def _token_advantages(advantages, token_turn, mask, shape, dtype):
     return adv, mask
 
 
-@_prechecked(_check_policy_args)
-@jit_public(static_argnames=("agg", "kl_estimator", "ratio"))
+@jit_public(static_argnames=("agg", "kl_estimator", "ratio"), check=_check_policy_args)
 def policy_loss(
     logp: Float[Array, "B T"],
     old_logp: Float[Array, "B T"],
@@ -538,7 +484,7 @@ def policy_loss(
     _checks.check_option(agg, "agg", AGG_MODES)
     _checks.check_option(kl_estimator, "kl_estimator", KL_ESTIMATORS)
     _checks.check_option(ratio, "ratio", RATIO_LEVELS)
-    _check_agg(agg, normalizer)
+    check_agg(agg, normalizer)
 
     logp = _checks.as_float_array(logp, "logp")
     _checks.check_ndim(logp, "logp", 2, "[B, T]")
@@ -551,9 +497,9 @@ def policy_loss(
     # Everything is selected to 0 off the mask first: from here on no masked value can reach a
     # product, so NaN there cannot turn into 0 * NaN in the backward pass.
     sg = jax.lax.stop_gradient
-    lp = _select(mask, logp.astype(dtype))
-    old = sg(_select(mask, old))
-    adv = sg(_select(mask, adv))
+    lp = _checks.select(mask, logp.astype(dtype))
+    old = sg(_checks.select(mask, old))
+    adv = sg(_checks.select(mask, adv))
     delta = lp - old
 
     if ratio == "token":
@@ -562,7 +508,7 @@ def policy_loss(
         row_tokens = jnp.sum(mask, axis=-1, dtype=dtype)
         seq = _checks.safe_div(jnp.sum(delta, axis=-1), row_tokens, row_tokens > 0)
         log_r = jnp.clip(sg(seq)[:, None] + lp - sg(lp), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    log_r = _select(mask, log_r)
+    log_r = _checks.select(mask, log_r)
     r = jnp.exp(log_r)
 
     low = 1 - _checks.scalar(clip_low, dtype, "clip_low")
@@ -572,11 +518,11 @@ def policy_loss(
     if dual_clip is not None:
         c = _checks.scalar(dual_clip, dtype, "dual_clip")
         token_loss = jnp.where(negative, jnp.minimum(token_loss, -adv * c), token_loss)
-    pg = _aggregate(token_loss, mask, agg, normalizer)
+    pg = aggregate_values(token_loss, mask, agg, normalizer)
 
     if ref_logp is not None:
-        ref = sg(_select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
-        kl = _aggregate(_kl_values(lp, ref, kl_estimator), mask, agg, normalizer)
+        ref = sg(_checks.select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
+        kl = aggregate_values(_kl_values(lp, ref, kl_estimator), mask, agg, normalizer)
         loss = pg + _checks.scalar(kl_coef, dtype, "kl_coef") * kl
     else:
         kl = jnp.zeros((), dtype)
@@ -602,7 +548,7 @@ def policy_loss(
         clip_frac_low=fraction(negative & (rv < low)),
         clip_frac_high=fraction((adv > 0) & (rv > high)),
         dual_clip_frac=zero if dual_clip is None else fraction(negative & (rv > c)),
-        approx_kl=token_mean(_k3_kernel(sg(log_r if ratio == "token" else _select(mask, jnp.clip(
+        approx_kl=token_mean(_k3_kernel(sg(log_r if ratio == "token" else _checks.select(mask, jnp.clip(
             delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))))),
         # mean of r over valid tokens = 1 + mean of (r - 1), and r - 1 is exactly 0 off the mask.
         mean_ratio=jnp.where(count > 0, 1 + token_mean(rv - 1), zero),

@@ -16,7 +16,7 @@ from . import _checks
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
-    jit_public,
+    jit_grouped,
     normalize_with_groups,
     prepare,
     segment_stats,
@@ -30,7 +30,7 @@ def _check_outcome(rewards, name: str = "rewards") -> None:
                          f"got shape {rewards.shape}.")
 
 
-@jit_public(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(static_argnames=NORMALIZE_STATIC)
 def grpo_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
@@ -79,7 +79,7 @@ def grpo_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public(static_argnames=("singleton",))
+@jit_grouped(static_argnames=("singleton",))
 def rloo_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
@@ -109,7 +109,7 @@ def rloo_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(static_argnames=NORMALIZE_STATIC)
 def gdpo_advantages(
     rewards: Float[Array, "B C"],
     group_ids: Int[Array, " B"] | Groups,
@@ -173,7 +173,7 @@ def gdpo_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public()
+@jit_grouped()
 def degenerate_groups(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,

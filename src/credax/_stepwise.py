@@ -16,16 +16,16 @@ from ._groups import (
     Groups,
     check_x_and_groups,
     groups_from_keys,
-    jit_public,
+    jit_grouped,
     normalize_with_groups,
     prepare,
 )
-from ._turns import discounted_returns, prepare_turns
+from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_turns
 
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
 
-@jit_public(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(static_argnames=NORMALIZE_STATIC)
 def mt_grpo_advantages(
     turn_rewards: Float[Array, "B K"],
     outcome_rewards: Float[Array, " B"],
@@ -116,7 +116,7 @@ def mt_grpo_advantages(
 
 
 
-@jit_public(static_argnames=("scale",))
+@jit_grouped(static_argnames=("scale",))
 def gigpo_advantages(
     outcome_rewards: Float[Array, " B"],
     step_rewards: Float[Array, "B K"],
@@ -198,18 +198,11 @@ def gigpo_advantages(
       compared by equality, not observation text (verl-agent's optional similarity clustering is
       not reproduced — cluster on the host and pass the cluster id).
     """
-    s = _checks.as_float_array(step_rewards, "step_rewards")
-    _checks.check_ndim(s, "step_rewards", 2, "[B, K]")
-    turn_mask = _checks.as_mask(turn_mask, "turn_mask", s.shape)
-    anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
-    _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
-    r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
-    _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
+    r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
+        outcome_rewards, step_rewards, anchor_ids, turn_mask)
     if not isinstance(scale, bool):
         raise TypeError(f"`scale` must be a Python bool (True: divide by the std; False: centre "
                         f"only); got {scale!r}.")
-    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, s.dtype))
-    dt = _checks.compute_dtype(out_dtype)
     options = dict(center=True, scale=scale, ddof=1, eps=eps, eps_mode="add", singleton="zero",
                    leave_one_out=False)
 
@@ -222,7 +215,7 @@ def gigpo_advantages(
     # state revisited at another turn index, or by another trajectory, joins the same group.
     batch, num_turns = s.shape
     n = batch * num_turns
-    g_k = discounted_returns(s.astype(dt), turn_mask, gamma=_checks.scalar(gamma, dt, "gamma"))
+    g_k = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape).reshape(n)
     flat_mask = turn_mask.reshape(n)
     anchor_groups = groups_from_keys(prompt, anchors.reshape(n), valid=flat_mask)

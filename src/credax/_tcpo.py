@@ -48,13 +48,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
+from ._api import jit_public
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
     check_x_and_groups,
-    jit_public,
+    jit_grouped,
     normalize_with_groups,
-    peer_mean,
+    peer_mean_with_groups,
 )
 from ._turns import (
     discount_powers,
@@ -147,7 +148,7 @@ def _hindsight(s, mask, g: Groups, retro: Retrospective, *, threshold):
     u = jnp.where(mask, masked_future_best(s, mask), zero)
     # Leave-one-out mean over the *other eligible* trajectories of the prompt at the same turn
     # index: the peer statistics of u with mask = eligible on [B, K] (one grouping primitive).
-    peers = peer_mean(u, g, eligible)
+    peers = peer_mean_with_groups(u, g, eligible)
     credit = jnp.where(peers.count > 0, u - peers.mean, zero)
     return Hindsight(
         credit=credit, future_best=u, eligible=eligible, peer_count=peers.count,
@@ -259,7 +260,7 @@ def retrospective_credit(
     return _cast(out, out_dtype)
 
 
-@jit_public()
+@jit_grouped()
 def hindsight_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -380,7 +381,7 @@ def counterfactual_credit(
     return _cast(_counterfactual(s, alt.astype(s.dtype), alt_mask), out_dtype)
 
 
-@jit_public(static_argnames=("budget", "scope"))
+@jit_grouped(static_argnames=("budget", "scope"))
 def select_top_surprisal(
     surprisal: Float[Array, "B K"],
     candidates: Bool[Array, "B K"],
@@ -468,7 +469,7 @@ def select_top_surprisal(
     return jnp.zeros((n,), bool).at[order].set(keep).reshape(batch, turns)
 
 
-@jit_public(static_argnames=("normalize",) + NORMALIZE_STATIC)
+@jit_grouped(static_argnames=("normalize",) + NORMALIZE_STATIC)
 def tcpo_advantages(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],

@@ -44,7 +44,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import Groups, jit_public, normalize_with_groups, segment_stats
+from ._api import jit_public
+from ._groups import Groups, normalize_with_groups, segment_stats
 from ._validate import check_bool_mask, check_prefix_mask, host_array
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import jit_public
+from ._api import jit_public
 
 
 def prepare_turns(scores, turn_mask, name: str = "scores"):
@@ -172,6 +172,11 @@ def discounted_returns(
     """
     r, turn_mask, out_dtype = prepare_turns(rewards, turn_mask, "rewards")
     gamma = _checks.scalar(gamma, r.dtype, "gamma")
+    return masked_discounted_returns(r, turn_mask, gamma).astype(out_dtype)
+
+
+def masked_discounted_returns(r: jax.Array, turn_mask: jax.Array, gamma: jax.Array) -> jax.Array:
+    """The body of :func:`discounted_returns` on prepared inputs; ``0`` at masked turns."""
     r = jnp.where(turn_mask, r, jnp.zeros_like(r))
 
     def step(carry, r_k):
@@ -179,7 +184,7 @@ def discounted_returns(
         return g, g
 
     _, g = jax.lax.scan(step, jnp.zeros_like(r[:, 0]), r.T, reverse=True)
-    return jnp.where(turn_mask, g.T, 0).astype(out_dtype)
+    return jnp.where(turn_mask, g.T, jnp.zeros_like(r))
 
 
 def gather_turns(turn_values: jax.Array, token_turn: jax.Array) -> jax.Array:
@@ -319,3 +324,20 @@ def masked_discounted_sum(x: jax.Array, mask: jax.Array, discount: jax.Array) ->
 
     _, out = jax.lax.scan(step, jnp.zeros_like(x[:, 0]), (x.T, mask.T), reverse=True)
     return out.T
+
+
+def prepare_anchored_steps(outcome_rewards, step_rewards, anchor_ids, turn_mask):
+    """Shared argument handling of the anchor-state estimators (GiGPO, HGPO).
+
+    Returns ``(outcome [B], steps [B, K], anchors [B, K], turn_mask, out_dtype, compute_dtype)``;
+    the float arrays are not yet cast.
+    """
+    s = _checks.as_float_array(step_rewards, "step_rewards")
+    _checks.check_ndim(s, "step_rewards", 2, "[B, K]")
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", s.shape)
+    anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
+    _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
+    r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
+    _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
+    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, s.dtype))
+    return r, s, anchors, turn_mask, out_dtype, _checks.compute_dtype(out_dtype)

@@ -15,6 +15,8 @@ preset           reproduces
                  ``(r - μ)/(σ + 1e-4)``.
 ``TRL_BATCH``    TRL ``scale_rewards="batch"``: group mean, std of the whole batch, ``+1e-4``.
 ``TRL_NONE``     TRL ``scale_rewards="none"`` (Dr. GRPO): ``r - μ``.
+``HGPO_VERL_AGENT`` (for ``hgpo_advantages``) verl-agent's shipped HGPO run: history 2, γ 0.95,
+                 ``mean_std_norm`` with population std, ``L^1`` level weights, no base group.
 ===============  ===========================================================================
 
 TRL requires at least two generations per prompt (it raises otherwise), so its presets keep
@@ -41,6 +43,13 @@ TRL_NONE = MappingProxyType(
     dict(center=True, scale=False, ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
 )
 
+# verl-agent recipe/hgpo run scripts: history_length=2, mode="mean_std_norm", length_weight_alpha=1,
+# base_group=False, algorithm.gamma=0.95, epsilon 1e-6 (core_hgpo.py default).
+HGPO_VERL_AGENT = MappingProxyType(
+    dict(history=2, gamma=0.95, alpha=1.0, episode_group=False, episode_pooling="step",
+         episode_singleton="raw", scale=True, ddof=0, eps=1e-6)
+)
+
 
 def trl(scale_rewards: str = "group") -> MappingProxyType:
     """The TRL preset for a ``scale_rewards`` setting: ``"group"``, ``"batch"`` or ``"none"``."""
@@ -52,4 +61,4 @@ def trl(scale_rewards: str = "group") -> MappingProxyType:
         ) from None
 
 
-__all__ = ["TRL", "TRL_BATCH", "TRL_NONE", "VERL", "VERL_DR_GRPO", "trl"]
+__all__ = ["HGPO_VERL_AGENT", "TRL", "TRL_BATCH", "TRL_NONE", "VERL", "VERL_DR_GRPO", "trl"]

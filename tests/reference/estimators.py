@@ -89,3 +89,119 @@ def value_loss(values, old_values, returns, mask, clip):
     if not losses:
         return 0.0, 0.0
     return 0.5 * math.fsum(losses) / len(losses), sum(took) / len(took)
+
+
+# --------------------------------------------------------------------------------------------
+# HGPO
+# --------------------------------------------------------------------------------------------
+
+
+def discounted_returns(step_rewards, turn_mask, gamma):
+    s, m = _f64(step_rewards), np.asarray(turn_mask, bool)
+    out = np.zeros(s.shape)
+    for b in range(s.shape[0]):
+        running = 0.0
+        for t in reversed(range(s.shape[1])):
+            if m[b, t]:
+                running = s[b, t] + gamma * running
+                out[b, t] = running
+    return out
+
+
+def _normalised(vals, own, ddof, scale, eps):
+    n = len(vals)
+    if n <= 1 or n - ddof <= 0 or max(vals) == min(vals):
+        return 0.0
+    mu = math.fsum(vals) / n
+    if not scale:
+        return own - mu
+    sd = math.sqrt(math.fsum((v - mu) ** 2 for v in vals) / (n - ddof))
+    return (own - mu) / (sd + eps)
+
+
+def hgpo(outcome, step_rewards, anchors, turn_mask, group_ids, *, history, gamma, alpha,
+         episode_group=False, episode_pooling="trajectory", episode_singleton="zero", scale=True,
+         ddof=0, eps=1e-6):
+    """Loop form of credax.hgpo_advantages: explicit member lists per (step, level)."""
+    m, a = np.asarray(turn_mask, bool), np.asarray(anchors)
+    ids = [int(i) for i in np.asarray(group_ids)]
+    r = _f64(outcome)
+    g = discounted_returns(step_rewards, m, gamma)
+    batch, num_turns = m.shape
+    levels = np.zeros((batch, num_turns, history + 2))
+    inform = np.zeros((batch, num_turns, history + 2), bool)
+    rows_with_turns = [b for b in range(batch) if m[b].any()]
+    for i in range(batch):
+        for t in range(num_turns):
+            if not m[i, t]:
+                continue
+            if episode_group:
+                if episode_pooling == "trajectory":
+                    vals = [r[j] for j in rows_with_turns if ids[j] == ids[i]]
+                else:
+                    vals = [r[j] for j in rows_with_turns if ids[j] == ids[i] for s in range(num_turns)
+                            if m[j, s]]
+                if len(vals) == 1:
+                    e = r[i] if episode_singleton == "raw" else 0.0
+                else:
+                    e = _normalised(vals, r[i], 1, scale, eps)
+                levels[i, t, 0], inform[i, t, 0] = e, e != 0
+            for k in range(1, history + 2):
+                if t < k - 1 or not all(m[i, t - q] for q in range(k)):
+                    continue
+                key = [a[i, t - q] for q in range(k)]
+                vals = [g[j, s] for j in range(batch) for s in range(k - 1, num_turns)
+                        if ids[j] == ids[i] and all(m[j, s - q] for q in range(k))
+                        and [a[j, s - q] for q in range(k)] == key]
+                v = _normalised(vals, g[i, t], ddof, scale, eps)
+                levels[i, t, k], inform[i, t, k] = v, v != 0
+    w = (np.arange(history + 2) + 1.0) ** alpha
+    adv = np.zeros((batch, num_turns))
+    for i, t in zip(*np.nonzero(m), strict=True):
+        sel = inform[i, t]
+        if sel.any():
+            adv[i, t] = float((w[sel] * levels[i, t, sel]).sum() / (w[sel].sum() + eps))
+    return adv, levels, inform
+
+
+# --------------------------------------------------------------------------------------------
+# Shrinkage baselines
+# --------------------------------------------------------------------------------------------
+
+
+def shrinkage_baseline(rewards, group_ids, mask=None, leave_one_out=False):
+    """Per prompt with explicit member lists: positive-part James–Stein toward the mean of means."""
+    r = _f64(rewards)
+    m = np.ones(r.shape, bool) if mask is None else np.asarray(mask, bool)
+    ids = [int(i) for i in np.asarray(group_ids)]
+    members = {}
+    for i in range(len(r)):
+        if m[i]:
+            members.setdefault(ids[i], []).append(i)
+    means = {p: math.fsum(r[j] for j in rows) / len(rows) for p, rows in members.items()}
+    num_prompts = len(means)
+    grand = math.fsum(means.values()) / num_prompts if num_prompts else 0.0
+    spread = math.fsum((mu - grand) ** 2 for mu in means.values())
+    dof = sum(len(rows) - 1 for rows in members.values())
+    ss = math.fsum((r[j] - means[p]) ** 2 for p, rows in members.items() for j in rows)
+    sigma2 = ss / dof if dof > 0 else 0.0
+    base, coef = np.zeros(len(r)), np.zeros(len(r))
+    for p, rows in members.items():
+        n = len(rows)
+        size = n - 1 if leave_one_out else n
+        if size == 0:
+            c = 1.0
+        elif dof == 0:
+            c = 0.0
+        elif spread == 0:
+            c = 1.0 if num_prompts > 3 else 0.0
+        else:
+            c = min(1.0, max(0.0, max(num_prompts - 3, 0) * sigma2 / size / spread))
+        for i in rows:
+            if leave_one_out:
+                est = math.fsum(r[j] for j in rows if j != i) / (n - 1) if n > 1 else 0.0
+            else:
+                est = means[p]
+            base[i] = grand + (1 - c) * (est - grand)
+            coef[i] = c
+    return base, coef, grand

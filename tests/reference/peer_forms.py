@@ -112,3 +112,67 @@ def verl_value_loss(vpreds, returns, values, response_mask, cliprange_value):
     loss = 0.5 * (np.maximum(l1, l2) * m).sum() / m.sum()
     clipfrac = ((l2 > l1) * m).sum() / m.sum()
     return loss, clipfrac
+
+
+def verl_agent_hgpo(token_scores, step_returns, anchor_obs, index, traj_index, history_length,
+                    epsilon=1e-6, mode="mean_std_norm", length_weight_alpha=1.0, base_group=False):
+    """verl-agent ``recipe/hgpo/core_hgpo.py::hgpo_advantage_estimate`` on flat step rows.
+
+    Inputs are one entry per step row (in trajectory order): ``token_scores`` the summed token
+    reward of the row (the episode score, for the base group), ``step_returns`` the discounted
+    step return, ``anchor_obs`` the observation, ``index`` the prompt uid, ``traj_index`` the
+    trajectory uid. Clusters are keyed by ``(k, last k observations)`` inside each prompt uid;
+    clusters of one member are skipped; population std; items with advantage exactly 0 are dropped;
+    weights ``(k + 1)^α / (Σ + ε)``; the base group is item ``k = 0`` computed with
+    ``trajectory_advantages(compute_mean_std_cross_steps=True)`` (one copy per step row, unbiased
+    std, a singleton prompt gets mean 0 and std 1).
+    """
+    scores = np.asarray(token_scores, np.float64)
+    rewards = np.asarray(step_returns, np.float64)
+    index, traj_index = list(index), list(traj_index)
+    n = len(index)
+    out = np.zeros(n)
+    base = None
+    if base_group:
+        by_id: dict = {}
+        for i in range(n):
+            by_id.setdefault(index[i], []).append(scores[i])
+        base = np.zeros(n)
+        for i in range(n):
+            vals = np.array(by_id[index[i]])
+            mean, std = (0.0, 1.0) if len(vals) == 1 else (vals.mean(), vals.std(ddof=1))
+            base[i] = scores[i] - mean if mode == "mean_norm" else (scores[i] - mean) / (std + epsilon)
+
+    def aggregate(items):
+        items = [(k, a) for k, a in items if a != 0]
+        if not items:
+            return 0.0
+        w = np.array([(k + 1.0) ** length_weight_alpha for k, _ in items])
+        w = w / (w.sum() + epsilon)
+        return float((w * np.array([a for _, a in items])).sum())
+
+    for gid in dict.fromkeys(index):
+        rows = [i for i in range(n) if index[i] == gid]
+        trajs = list(dict.fromkeys(traj_index[i] for i in rows))
+        positions = [[i for i in rows if traj_index[i] == tr] for tr in trajs]
+        clusters: dict = {}
+        for ti, pos in enumerate(positions):
+            obs = [anchor_obs[i] for i in pos]
+            for si in range(len(pos)):
+                for k in range(1, min(history_length + 1, si + 1) + 1):
+                    clusters.setdefault((k, tuple(obs[si - k + 1: si + 1])), []).append((ti, si))
+        items: dict = {}
+        for (k, _), members in clusters.items():
+            if len(members) <= 1:
+                continue
+            r = np.array([rewards[positions[ti][si]] for ti, si in members])
+            a = (r - r.mean()) / (r.std() + epsilon) if mode == "mean_std_norm" else r - r.mean()
+            for j, member in enumerate(members):
+                items.setdefault(member, []).append((k, a[j]))
+        for ti, pos in enumerate(positions):
+            for si, row in enumerate(pos):
+                its = items.get((ti, si), [])
+                if base is not None:
+                    its = [(0, base[row])] + its
+                out[row] = aggregate(its)
+    return out

@@ -1,0 +1,159 @@
+"""Public-entry plumbing: how a call reaches a compiled body, and what is checked before tracing.
+
+Every public array function of credax is a plain Python body decorated with :func:`jit_public`:
+
+* the body is compiled once per (shapes, dtypes, static options) with ``jax.jit``; options that
+  change the program are ``static_argnames``, numeric hyperparameters stay traced, so a schedule
+  (a new ``eps``, ``clip_low``, ``lam`` ...) never recompiles;
+* ``convert`` arguments (the group ids) are converted on the host *before* tracing, so raw ids and
+  a precomputed :class:`credax.Groups` hit the same compiled program and concrete 64-bit ids can
+  be checked exactly; arrays sharded over *Explicit* mesh axes are replicated first
+  (:func:`replicate_explicit`);
+* ``check`` sees the bound arguments before tracing: the only place where the *value* of a
+  traced hyperparameter can be seen. Concrete values (Python numbers, NumPy scalars, committed
+  JAX arrays — every ordinary call, including calls with Python floats from inside the caller's own
+  ``jit``) are checked there; a value traced by the caller's ``jit`` cannot be, and is used as
+  given (:func:`concrete_float` returns ``None`` for it).
+
+Called inside a user's ``jit``, the whole wrapper simply traces inline. Private bodies call private
+bodies (never a decorated public function), so no compiled program nests another one.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+
+import jax
+import numpy as np
+
+from . import _checks
+
+
+def concrete_numpy(x) -> np.ndarray | None:
+    """``x`` as a NumPy array when it is a host value, ``None`` when it is traced or a JAX array.
+
+    JAX arrays are left on their device: copying them to the host on every call would be a host
+    round trip per step on an accelerator, and they cannot hold truncated 64-bit ids (JAX made them
+    int32 already, or x64 is on and they are hashed at full width).
+    """
+    if isinstance(x, jax.Array):  # tracers included
+        return None
+    try:
+        return np.asarray(x)
+    except Exception:  # pragma: no cover - exotic array types
+        return None
+
+
+def concrete_float(value) -> float | None:
+    """``value`` as a Python float when it is a concrete scalar, else ``None``.
+
+    Concrete means not traced: Python and NumPy numbers, 0-d NumPy arrays and 0-d committed JAX
+    arrays (read back to the host: one scalar, a hyperparameter, not data). ``None`` for tracers,
+    non-scalars, non-numbers and ``None`` itself.
+    """
+    if value is None or isinstance(value, jax.core.Tracer):
+        return None
+    if isinstance(value, jax.Array):
+        if value.ndim != 0 or not value.is_fully_addressable:
+            return None
+        host = np.asarray(value)
+    else:
+        host = concrete_numpy(value)
+        if host is None or host.ndim != 0 or not np.issubdtype(host.dtype, np.number):
+            return None  # strings and objects are left to the trace-time type check
+    try:
+        return float(host)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_concrete(value, name: str, ok: Callable[[float], bool], requirement: str) -> float | None:
+    """Raise ``ValueError`` when ``value`` is concrete and ``ok(value)`` is false.
+
+    The message is ``"`name` must <requirement>; got <value>."``. Returns the concrete value (or
+    ``None`` when traced), for checks that combine several arguments.
+    """
+    v = concrete_float(value)
+    if v is not None and not ok(v):
+        raise ValueError(f"`{name}` must {requirement}; got {v}.")
+    return v
+
+
+def replicate_explicit(x):
+    """Replicate an array sharded over *Explicit* mesh axes (``jax.make_mesh``'s default).
+
+    With explicit sharding the shardings are part of the types, and the scatters of the segment
+    statistics (rows of one group on several shards, a table indexed by group) cannot resolve
+    theirs: JAX raises ``ShardingTypeError``. Gathering the rows first is what a group statistic
+    needs anyway; ``[B]`` and ``[B, K]`` arrays are small. Auto-axis (GSPMD) shardings and
+    unsharded values pass through unchanged.
+    """
+    try:
+        sharding = jax.typeof(x).sharding
+    except TypeError:  # static options (strings), not arrays
+        return x
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+        return x
+    if all(axis is None for axis in sharding.spec):
+        return x
+    return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def jit_public(
+    *,
+    static_argnames: tuple[str, ...] = (),
+    convert: Mapping[str, Callable] | None = None,
+    check: Callable[[Mapping], None] | None = None,
+):
+    """Decorator for public functions: ``jax.jit`` with static options, host work before tracing.
+
+    Args:
+      static_argnames: options that change the program (strings, bools, shapes).
+      convert: ``{argument name: converter}`` applied on the host before tracing (``None``
+        arguments pass through: optional groupings). When given, every array argument sharded over
+        Explicit mesh axes is replicated first — only functions that scatter rows into per-group
+        tables need it; row-wise functions (turn scans, losses) keep their batch sharding.
+      check: called with the bound arguments (defaults applied) before anything else; raises on a
+        concrete value out of range (see :func:`concrete_float`).
+
+    The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation) and
+    ``public_options`` (these three arguments), so a test can rebuild the same entry around an
+    instrumented body, e.g. ``chex.assert_max_traces(fn.__wrapped__, n=1)``.
+    """
+    convert = dict(convert or {})
+
+    def decorate(fn):
+        jitted = jax.jit(fn, static_argnames=static_argnames)
+        signature = inspect.signature(fn)
+        params = list(signature.parameters)
+        positions = {name: params.index(name) for name in convert if name in params}
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for name, value in zip(params, args, strict=False):  # before jit's generic error
+                _checks.reject_torch(value, name, fn.__name__)
+            for name, value in kwargs.items():
+                _checks.reject_torch(value, name, fn.__name__)
+            if check is not None:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                check(bound.arguments)
+            if positions:
+                args, kwargs = jax.tree_util.tree_map(replicate_explicit, (args, kwargs))
+                args = list(args)
+                for name, pos in positions.items():
+                    if pos < len(args):
+                        if args[pos] is not None:
+                            args[pos] = convert[name](args[pos])
+                    elif kwargs.get(name) is not None:
+                        kwargs[name] = convert[name](kwargs[name])
+            return jitted(*args, **kwargs)
+
+        wrapper.jitted = jitted
+        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check)
+        return wrapper
+
+    return decorate

@@ -1,0 +1,206 @@
+"""HGPO: hierarchical history groups — steps compared with peers that share their last k observations.
+
+GiGPO groups a step with the other steps of its prompt that acted on the same state. HGPO widens
+that into a hierarchy: at level ``k`` (``1 <= k <= H + 1``) a step's group is every valid step of
+the same prompt whose last ``k`` observations (its own and the ``k - 1`` before it) are equal. Low
+levels have many members (a good baseline, but a coarse notion of "same situation"); high levels
+few (precise, noisy). Each step's advantage is a weighted mean of its normalised discounted return
+over the levels where it is informative.
+
+Groups are always nested inside the prompt: the key of every level includes the prompt's group,
+so identical observations reached from different prompts never pool (a framework shipped anchor
+groups pooled over the whole batch; here it cannot happen by construction). Grouping goes through
+the shared primitive of ``_groups`` (``groups_from_keys`` and ``normalize_with_groups``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+from ._groups import Groups, groups_from_keys, jit_grouped, normalize_with_groups, prepare
+from ._turns import masked_discounted_returns, prepare_anchored_steps
+
+EPISODE_POOLING = ("trajectory", "step")
+EPISODE_SINGLETON = ("zero", "raw")
+
+
+class HGPO(NamedTuple):
+    """HGPO advantages and their parts.
+
+    Attributes:
+      advantages: ``float[B, K]`` the weighted mean over informative levels; ``0`` on padded turns.
+      levels: ``float[B, K, H + 2]`` the normalised return of each step at each level: index 0 is
+        the episode level (``0`` unless ``episode_group``), index ``k`` the level of the last
+        ``k`` observations.
+      informative: ``bool[B, K, H + 2]`` the levels that voted: valid and nonzero (a singleton
+        group, a zero-spread group or a member exactly at its group mean gives ``0`` and abstains).
+    """
+
+    advantages: Array
+    levels: Array
+    informative: Array
+
+
+def history_keys(anchors: jnp.ndarray, turn_mask: jnp.ndarray, k: int):
+    """The last ``k`` anchors of each step (``[B, K]`` each, newest first) and where all are valid.
+
+    Position ``t`` at level ``k`` needs ``t >= k - 1`` and valid turns at ``t - k + 1 .. t``, so a
+    padded turn's anchor (garbage) is never part of a key.
+    """
+    keys, valid = [], turn_mask
+    for j in range(k):
+        shifted = jnp.pad(anchors, ((0, 0), (j, 0)))[:, : anchors.shape[1]]
+        shifted_mask = jnp.pad(turn_mask, ((0, 0), (j, 0)))[:, : anchors.shape[1]]
+        keys.append(shifted)
+        valid = valid & shifted_mask
+    return keys, valid
+
+
+@jit_grouped(static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton",
+                             "scale", "ddof"))
+def hgpo_advantages(
+    outcome_rewards: Float[Array, " B"],
+    step_rewards: Float[Array, "B K"],
+    anchor_ids: Int[Array, "B K"],
+    turn_mask: Bool[Array, "B K"],
+    group_ids: Int[Array, " B"] | Groups,
+    *,
+    history: int = 2,
+    gamma: float | Float[Array, ""] = 0.95,
+    alpha: float | Float[Array, ""] = 1.0,
+    episode_group: bool = False,
+    episode_pooling: str = "trajectory",
+    episode_singleton: str = "zero",
+    scale: bool = True,
+    ddof: int = 0,
+    eps: float | Float[Array, ""] = 1e-6,
+) -> HGPO:
+    """HGPO step advantages: level-weighted normalised returns over history groups of ``k = 1..H+1``.
+
+    With ``G_{i,t} = Σ_{s>=t} γ^{s-t} r_{i,s}`` (the discounted step return) and, at level ``k``,
+    the group ``P_k(i,t)`` of valid steps of the same prompt with equal last ``k`` observations::
+
+        A^k_{i,t} = (G_{i,t} - mean_{P_k} G) / (std_{P_k}(G) + eps)     std with ``ddof`` (0: HGPO)
+        w_k       = (k + 1)^α                                          level weights (w_0 = 1)
+        A_{i,t}   = Σ_{k ∈ I} w_k A^k_{i,t} / (Σ_{k ∈ I} w_k + eps)     I = informative levels
+
+    A level is informative for a step when the step has ``k`` valid observations and
+    ``A^k != 0``: singleton groups, zero-spread groups (exactly ``0`` here, whatever ``eps``) and a
+    member exactly at its group's mean abstain. ``episode_group=True`` adds the episode
+    advantage (the trajectory's outcome normalised within its prompt, unbiased std) as level 0
+    with weight 1 (verl-agent's ``base_group``). ``scale=False`` only centres (``mean_norm``), at
+    every level. No informative level: ``0``.
+
+    Args:
+      outcome_rewards: ``float[B]`` episode reward of each trajectory (used by the episode level).
+      step_rewards: ``float[B, K]`` per-step rewards (put the episode reward on the last step if
+        that is your reward design); padded values never matter.
+      anchor_ids: ``int[B, K]`` the caller's hash of each step's observation (equality is all that
+        matters; keep them in int32 or enable x64). Padded values never matter.
+      turn_mask: ``bool[B, K]`` real steps.
+      group_ids: ``int[B]`` prompt of each trajectory, or a ``Groups``.
+      history: static ``H >= 0``; levels ``k = 1..H+1`` (``H = 0`` is GiGPO's anchor group with
+        HGPO's std and weighting, at the same turn index or not).
+      gamma: discount of the step returns; may be traced.
+      alpha: level-weight exponent ``α`` (0: uniform); may be traced.
+      episode_group: static; include the episode level.
+      episode_pooling: static; ``"trajectory"`` (each trajectory once, the paper's form) or
+        ``"step"`` (one copy per valid step, verl-agent's ``compute_mean_std_cross_steps=True``).
+      episode_singleton: static; a prompt with one trajectory gets ``0`` (``"zero"``) or its raw
+        reward (``"raw"``, verl-agent's mean 0 / std 1).
+      scale: static; divide by the std (``mean_std_norm``) or only centre (``mean_norm``).
+      ddof: static; delta degrees of freedom of the history-level std (HGPO: 0, population std).
+      eps: added to the std and to the weight sum; may be traced.
+
+    Returns:
+      :class:`HGPO` ``(advantages, levels, informative)``; float outputs in the promoted dtype of
+      the reward inputs; ``0`` on padded turns.
+
+    Raises:
+      TypeError: non-integer ``anchor_ids``/``group_ids``, non-boolean ``turn_mask``, non-bool
+        ``scale``/``episode_group``.
+      ValueError: shapes disagree; unknown ``episode_pooling``/``episode_singleton``; ``history < 0``.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> # One prompt, three trajectories: all start in state 1; two move to state 2, one to 3.
+      >>> steps = jnp.array([[0.0, 1.0], [0.0, 0.0], [0.0, 0.5]])
+      >>> anchors = jnp.array([[1, 2], [1, 2], [1, 3]])
+      >>> out = credax.hgpo_advantages(jnp.zeros(3), steps, anchors, jnp.ones((3, 2), bool),
+      ...                              jnp.zeros(3, int), history=1, gamma=1.0, eps=0.0)
+      >>> # turn 1, k=1 (state 2): returns (1, 0) -> ±1; k=2 (states 1,2): same pair -> ±1.
+      >>> # turn 0: k=1 (state 1): returns (1, 0, .5) -> (1.2247, -1.2247, 0) (population std).
+      >>> [[round(float(v), 4) for v in row] for row in out.advantages]
+      [[1.2247, 1.0], [-1.2247, -1.0], [0.0, 0.0]]
+
+    References:
+      HGPO, hierarchical history-prefix groups for agentic RL; code ``recipe/hgpo/core_hgpo.py``
+      (``hgpo_advantage_estimate``) in the verl-agent family. credax reproduces its grouping by
+      (prompt, level, last-k observations), its population std, the ``L^α`` level weights
+      normalised by ``Σw + eps`` over nonzero level advantages, and its ``base_group`` episode
+      level (``credax.presets.HGPO_VERL_AGENT`` is its shipped configuration). Where credax differs:
+      a zero-spread group is exactly ``0`` (abstains); verl-agent's float mean of a constant
+      non-dyadic group can leave a residue that then divides by ``eps`` and votes.
+    """
+    _checks.check_option(episode_pooling, "episode_pooling", EPISODE_POOLING)
+    _checks.check_option(episode_singleton, "episode_singleton", EPISODE_SINGLETON)
+    history = _checks.check_static_int(history, "history", minimum=0)
+    for name, flag in (("scale", scale), ("episode_group", episode_group)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"`{name}` must be a Python bool; got {flag!r}.")
+    r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
+        outcome_rewards, step_rewards, anchor_ids, turn_mask)
+    eps = _checks.scalar(eps, dt, "eps")
+    batch, num_turns = s.shape
+    n = batch * num_turns
+
+    g = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
+    g_flat = g.reshape(n)
+    prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
+    options = dict(center=True, scale=scale, eps=eps, eps_mode="add", leave_one_out=False)
+
+    # Level 0: the episode group.
+    if episode_group:
+        if episode_pooling == "trajectory":
+            has_turn = jnp.any(turn_mask, axis=1)
+            rr, has_turn, _ = prepare(r.astype(dt), group_ids, has_turn, "outcome_rewards")
+            a_e = normalize_with_groups(rr, group_ids, has_turn, ddof=1,
+                                        singleton=episode_singleton, **options)
+            a_e = jnp.broadcast_to(a_e[:, None], s.shape)
+        else:
+            per_step = jnp.broadcast_to(r.astype(dt)[:, None], s.shape).reshape(n)
+            flat = Groups(prompt.reshape(n), group_ids.num_groups)
+            per_step = jnp.where(turn_mask.reshape(n), per_step, jnp.zeros((), dt))
+            a_e = normalize_with_groups(per_step, flat, turn_mask.reshape(n), ddof=1,
+                                        singleton=episode_singleton, **options).reshape(s.shape)
+        levels, valid = [a_e], [turn_mask]
+    else:
+        levels, valid = [jnp.zeros(s.shape, dt)], [jnp.zeros(s.shape, bool)]
+
+    # Levels 1..H+1: the last k observations, nested in the prompt.
+    for k in range(1, history + 2):
+        keys, valid_k = history_keys(anchors, turn_mask, k)
+        flat_valid = valid_k.reshape(n)
+        level_groups = groups_from_keys(prompt.reshape(n), *(key.reshape(n) for key in keys),
+                                        valid=flat_valid)
+        a_k = normalize_with_groups(g_flat, level_groups, flat_valid, ddof=ddof, singleton="zero",
+                                    **options)
+        levels.append(a_k.reshape(s.shape))
+        valid.append(valid_k)
+
+    levels = jnp.stack(levels, axis=-1)
+    informative = jnp.stack(valid, axis=-1) & (levels != 0)
+    alpha = _checks.scalar(alpha, dt, "alpha")
+    weights = (jnp.arange(history + 2, dtype=dt) + 1) ** alpha
+    w = jnp.where(informative, weights, jnp.zeros((), dt))
+    total = jnp.sum(w, axis=-1)
+    num = jnp.sum(jnp.where(informative, w * levels, jnp.zeros((), dt)), axis=-1)
+    any_level = jnp.any(informative, axis=-1)
+    adv = _checks.safe_div(num, total + eps, any_level & (total + eps > 0))
+    adv = jnp.where(turn_mask, adv, jnp.zeros((), dt))
+    levels = jnp.where(turn_mask[..., None], levels, jnp.zeros((), dt))
+    return HGPO(adv.astype(out_dtype), levels.astype(out_dtype), informative)

@@ -1,0 +1,149 @@
+"""HGPO: level-weighted normalised returns over history groups nested in the prompt.
+
+Ground truth: the loop of ``tests/reference/estimators.py::hgpo`` (explicit member lists per step
+and level), verl-agent's ``hgpo_advantage_estimate`` re-stated in NumPy
+(``tests/reference/peer_forms.py``; it needs torch and verl to run), a hand-worked golden, the
+prompt-nesting guarantee, and padding/permutation properties.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import credax
+from tests.reference import estimators as ref
+from tests.reference import peer_forms as peer
+
+# Dyadic rewards with γ = 0.5 keep every return exact, so a constant group has an exactly
+# representable mean in any summation order (the peer's float mean then has no residue either).
+DYADIC = np.array([0.0, 1.0, 0.5, 0.25, -1.0])
+
+
+def random_hgpo_batch(rng, batch=6, num_turns=4, num_states=3, dyadic=True):
+    lengths = rng.integers(0, num_turns + 1, size=batch)
+    lengths[0] = num_turns
+    mask = np.arange(num_turns)[None, :] < lengths[:, None]
+    ids = rng.choice([-3, 0, 7], size=batch).astype(np.int32)
+    anchors = rng.integers(0, num_states, size=(batch, num_turns)).astype(np.int32)
+    values = DYADIC if dyadic else np.array([0.0, 1.0, 0.35, 1 / 3, 0.95])
+    steps = rng.choice(values, size=(batch, num_turns))
+    outcome = rng.choice(values, size=batch)
+    steps[~mask] = np.nan
+    anchors[~mask] = 99  # garbage in padding never matters
+    return outcome, steps, anchors, mask, ids
+
+
+def test_golden():
+    # One prompt, three trajectories, H = 1, γ = 1, eps = 0, α = 1 (weights 2 for k=1, 3 for k=2):
+    #   anchors (1,2), (1,2), (1,3); step rewards (0,1), (0,0), (0,.5) -> returns (1,1), (0,0), (.5,.5)
+    #   turn 0, k=1 (state 1): (1, 0, .5), μ=.5, population σ=.4082 -> (1.2247, -1.2247, 0)
+    #   turn 1, k=1: state 2 -> (1, 0): ±1; state 3: singleton (abstains); k=2: (2,1) -> ±1
+    #   advantages: turn 1 = (2·1 + 3·1)/5 = 1; the third trajectory: nothing votes -> 0.
+    steps = jnp.array([[0.0, 1.0], [0.0, 0.0], [0.0, 0.5]])
+    anchors = jnp.array([[1, 2], [1, 2], [1, 3]])
+    out = credax.hgpo_advantages(jnp.zeros(3), steps, anchors, jnp.ones((3, 2), bool),
+                                 jnp.zeros(3, int), history=1, gamma=1.0, eps=0.0)
+    s = 1.5 ** 0.5
+    np.testing.assert_allclose(out.advantages, [[s, 1.0], [-s, -1.0], [0.0, 0.0]], atol=1e-5)
+    # The third trajectory sits exactly at its turn-0 group mean (0: abstains) and is alone at turn 1.
+    np.testing.assert_array_equal(out.informative[2], np.zeros((2, 3), bool))
+    np.testing.assert_array_equal(out.informative[0], [[False, True, False], [False, True, True]])
+
+
+def test_matches_reference_loop():
+    rng = np.random.default_rng(0)
+    for case in range(40):
+        outcome, steps, anchors, mask, ids = random_hgpo_batch(rng, dyadic=case % 2 == 0)
+        kw = dict(history=int(rng.integers(0, 3)), gamma=float(rng.choice([0.5, 0.95])),
+                  alpha=float(rng.choice([0.0, 1.0, 2.0])), episode_group=bool(case % 3 == 0),
+                  episode_pooling=["trajectory", "step"][case % 2], scale=bool(case % 4 != 1),
+                  ddof=int(case % 5 == 0))
+        got = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw)
+        adv, levels, inform = ref.hgpo(outcome, steps, anchors, mask, ids, **kw)
+        np.testing.assert_allclose(got.advantages, adv, atol=2e-5)
+        np.testing.assert_allclose(got.levels, np.where(mask[..., None], levels, 0), atol=2e-5)
+        np.testing.assert_array_equal(got.informative, inform)
+
+
+def verl_agent_max_diff(cases=200, seed=1):
+    """credax with the preset vs verl-agent's HGPO (also with base_group and mean_norm)."""
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for case in range(cases):
+        outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
+        base_group = case % 2 == 1
+        mode = "mean_norm" if case % 3 == 2 else "mean_std_norm"
+        kw = dict(credax.presets.HGPO_VERL_AGENT, gamma=0.5, episode_group=base_group,
+                  scale=mode == "mean_std_norm")
+        got = np.asarray(credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw).advantages)
+        g = ref.discounted_returns(steps, mask, 0.5)
+        rows = [(b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if mask[b, t]]
+        want = peer.verl_agent_hgpo(
+            [outcome[b] for b, _ in rows], [g[b, t] for b, t in rows], [anchors[b, t] for b, t in rows],
+            [ids[b] for b, _ in rows], [b for b, _ in rows], history_length=kw["history"],
+            epsilon=kw["eps"], mode=mode, length_weight_alpha=kw["alpha"], base_group=base_group)
+        worst = max(worst, float(np.max(np.abs(np.array([got[b, t] for b, t in rows]) - want))))
+    return worst
+
+
+def test_parity_with_verl_agent():
+    assert verl_agent_max_diff(cases=40) < 1e-5
+
+
+def test_identical_observations_in_different_prompts_never_pool():
+    # Two prompts, each with two trajectories through the very same observations (1, 2). Within a
+    # prompt the returns differ; pooled over the batch the groups would have four members.
+    steps = jnp.array([[0.0, 1.0], [0.0, 0.0], [0.0, 0.25], [0.0, 0.5]])
+    anchors = jnp.array([[1, 2], [1, 2], [1, 2], [1, 2]])
+    mask = jnp.ones((4, 2), bool)
+    both = credax.hgpo_advantages(jnp.zeros(4), steps, anchors, mask, jnp.array([5, 5, 6, 6]),
+                                  history=1, gamma=1.0)
+    for rows, ids in (([0, 1], [5, 5]), ([2, 3], [6, 6])):
+        alone = credax.hgpo_advantages(jnp.zeros(2), steps[jnp.array(rows)], anchors[:2], mask[:2],
+                                       jnp.array(ids), history=1, gamma=1.0)
+        np.testing.assert_allclose(both.advantages[jnp.array(rows)], alone.advantages, atol=1e-6)
+    # Within each prompt a pair: ±1 at every level; pooled over four rows it would not be ±1.
+    np.testing.assert_allclose(np.abs(both.advantages), 1.0, atol=1e-5)
+
+
+def test_padding_and_row_permutation():
+    rng = np.random.default_rng(2)
+    outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
+    base = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=2)
+    junk = credax.hgpo_advantages(outcome, np.where(mask, steps, 1e9), np.where(mask, anchors, 1),
+                                  mask, ids, history=2)
+    np.testing.assert_array_equal(base.advantages, junk.advantages)
+    perm = rng.permutation(mask.shape[0])
+    permuted = credax.hgpo_advantages(outcome[perm], steps[perm], anchors[perm], mask[perm],
+                                      ids[perm], history=2)
+    np.testing.assert_allclose(permuted.advantages, np.asarray(base.advantages)[perm], atol=1e-6)
+    assert np.all(np.asarray(base.advantages)[~mask] == 0)
+
+
+def test_history_zero_is_gigpo_grouping_with_population_std():
+    # H = 0, α = 0: one level (the anchor group of GiGPO); with ddof=1 and eps equal, the nonzero
+    # step advantages equal GiGPO's step part (ω = 1 minus the episode part).
+    rng = np.random.default_rng(3)
+    outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
+    h = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=0, ddof=1, eps=1e-6,
+                               gamma=0.95)
+    gig = credax.gigpo_advantages(outcome, steps, anchors, mask, ids, gamma=0.95, omega=1.0)
+    episode = credax.gigpo_advantages(outcome, steps, anchors, mask, ids, gamma=0.95, omega=0.0)
+    step_part = np.asarray(gig) - np.asarray(episode)
+    # HGPO divides by (w + eps) with w = 1: a factor 1/(1 + 1e-6) of GiGPO's step advantage.
+    np.testing.assert_allclose(np.asarray(h.advantages) * (1 + 1e-6), step_part, atol=1e-5)
+
+
+def test_jit_and_errors():
+    rng = np.random.default_rng(4)
+    outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
+    f = jax.jit(lambda a: credax.hgpo_advantages(outcome, steps, anchors, mask, ids, alpha=a).advantages)
+    np.testing.assert_allclose(f(2.0), credax.hgpo_advantages(outcome, steps, anchors, mask, ids,
+                                                              alpha=2.0).advantages, atol=1e-6)
+    with pytest.raises(ValueError, match="`history`"):
+        credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=-1)
+    with pytest.raises(ValueError, match="`episode_pooling`"):
+        credax.hgpo_advantages(outcome, steps, anchors, mask, ids, episode_pooling="batch")
+    with pytest.raises(TypeError, match="`anchor_ids`"):
+        credax.hgpo_advantages(outcome, steps, anchors.astype(float), mask, ids)

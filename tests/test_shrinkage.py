@@ -1,0 +1,75 @@
+"""Shrinkage baselines (James–Stein toward the across-prompt mean) for GRPO and RLOO.
+
+Ground truth: the per-prompt loop of ``tests/reference/estimators.py::shrinkage_baseline``,
+hand-worked goldens, the limiting cases (c = 0 is Dr. GRPO / RLOO), and the variance reduction
+itself on synthetic Bernoulli prompts (the figure of benchmarks/shrinkage.py, at test size).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import credax
+from benchmarks import shrinkage as bench
+from tests.reference import estimators as ref
+
+
+def test_golden_loo():
+    # Four prompts of two, r = (1,1), (0,1), (0,0), (1,0); leave_one_out: m_p = 1.
+    #   μ_p = (1, .5, 0, .5), μ̄ = .5, S = Σ(μ_p − μ̄)² = .5, σ² = 1/4 (pooled: ss 1 over 4 dof)
+    #   c = (4 − 3)·(.25/1)/.5 = .5; others' means: (1, 1), (1, 0), (0, 0), (0, 1)
+    #   b = .5 + .5·(others − .5) -> (.75, .75), (.75, .25), (.25, .25), (.25, .75)
+    r = jnp.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    out = credax.shrinkage_baseline(r, jnp.array([0, 0, 1, 1, 2, 2, 3, 3]), leave_one_out=True)
+    np.testing.assert_allclose(out.baseline, [0.75, 0.75, 0.75, 0.25, 0.25, 0.25, 0.25, 0.75],
+                               atol=1e-6)
+    np.testing.assert_allclose(out.shrinkage, 0.5, atol=1e-6)
+    np.testing.assert_allclose(out.grand_mean, 0.5, atol=1e-6)
+
+
+def test_few_prompts_is_plain_dr_grpo_and_rloo():
+    # P = 3 < 4: c = 0, the baselines are the per-prompt mean and the leave-one-out mean.
+    r = jnp.array([1.0, 0.0, 0.35, 1 / 3, 0.5, 0.9])
+    ids = jnp.array([4, 4, -1, -1, 9, 9])
+    np.testing.assert_allclose(credax.shrinkage_advantages(r, ids),
+                               credax.grpo_advantages(r, ids, scale=False), atol=1e-6)
+    np.testing.assert_allclose(credax.shrinkage_advantages(r, ids, leave_one_out=True),
+                               credax.rloo_advantages(r, ids), atol=1e-6)
+
+
+def test_matches_reference():
+    rng = np.random.default_rng(0)
+    for case in range(60):
+        batch = int(rng.integers(1, 24))
+        ids = rng.integers(-2, 6, size=batch).astype(np.int32)
+        r = rng.choice([0.0, 1.0, 0.35, 1 / 3, 0.5], size=batch)
+        mask = rng.random(batch) < 0.85
+        r[~mask] = np.nan
+        loo = bool(case % 2)
+        got = credax.shrinkage_baseline(r, ids, mask, leave_one_out=loo)
+        base, coef, grand = ref.shrinkage_baseline(r, ids, mask, leave_one_out=loo)
+        np.testing.assert_allclose(got.baseline, base, atol=1e-5)
+        np.testing.assert_allclose(got.shrinkage, coef, atol=1e-5)
+        if mask.any():
+            np.testing.assert_allclose(got.grand_mean, grand, atol=1e-5)
+
+
+def test_variance_reduction_on_bernoulli_prompts():
+    # The benchmark at test size: 64 prompts of 8, 200 batches. The shrinkage estimators must not
+    # be worse than the per-prompt ones (measured ratios at full size are in the benchmark).
+    res = bench.measure(num_prompts=64, group_size=8, batches=200, seed=0)
+    assert res["shrinkage"]["mse"] < res["dr_grpo"]["mse"]
+    assert res["shrinkage_loo"]["mse"] < res["rloo"]["mse"]
+
+
+def test_masked_rows_and_jit():
+    r = jnp.array([1.0, jnp.nan, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    ids = jnp.array([0, 0, 1, 1, 2, 2, 3, 3, 0])
+    mask = jnp.array([True, False, True, True, True, True, True, True, True])
+    out = jax.jit(lambda x: credax.shrinkage_advantages(x, ids, mask))(r)
+    assert float(out[1]) == 0.0 and bool(jnp.all(jnp.isfinite(out)))
+    with pytest.raises(TypeError, match="`mask`"):
+        credax.shrinkage_baseline(r, ids, mask.astype(float))
+    with pytest.raises(ValueError, match="`rewards`"):
+        credax.shrinkage_baseline(jnp.zeros((9, 2)), ids)
