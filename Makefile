@@ -5,6 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
+DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP  := $(VENV)/.installed-test
 VERL_PIN    := verl==0.9.1
 
@@ -32,7 +33,12 @@ $(TEST_STAMP): pyproject.toml $(STAMP)
 test: $(TEST_STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile
 
-demo: $(STAMP)
+# The demo installs only what it needs (the `demo` extra), not the dev tools.
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) -m benchmarks.quality
 
 # glibc's hugetlb tunable lets XLA's fresh output buffers use transparent huge pages, as NumPy's
