@@ -61,48 +61,21 @@ def _config(cases, preset: str, device: str):
 
 
 class Bench:
-    def __init__(self, device: str):
-        import jax
+    """The speed benchmark's ``Env`` (devices, ``put``, ``t``, ``jax_run``, ``torch_run``) plus
+    ``credax.torch``."""
 
+    def __init__(self, cfg):
         harness, cases, peers = _speed_modules()
         self.harness, self.cases, self.peers = harness, cases, peers
-        self.torch = peers.torch
-        if self.torch is None:
-            raise SystemExit(f"torch is needed for the bridge benchmark ({peers.TORCH_IMPORT_ERROR})")
+        self.env = cases.Env(cfg)
+        if self.env.torch is None:
+            raise SystemExit(f"the bridge benchmark needs torch: {self.env.torch_note}")
         import credax.torch as ct
 
-        self.jax, self.ct = jax, ct
+        self.ct = ct
         self.as_numpy = getattr(harness, "as_numpy", None) or harness._as_numpy
-        if device == "gpu":
-            if not self.torch.cuda.is_available():
-                raise SystemExit("--device gpu: torch has no CUDA device")
-            self.jax_device = jax.devices("gpu")[0]
-            self.torch_device = "cuda"
-        else:
-            self.jax_device = jax.devices("cpu")[0]
-            self.torch_device = "cpu"
-
-    def t(self, x):
-        return self.torch.as_tensor(np.ascontiguousarray(x)).to(self.torch_device)
-
-    def put(self, x):
-        return self.jax.device_put(x, self.jax_device)
-
-    def torch_run(self, fn, *args, **kwargs):
-        if self.torch_device == "cuda":
-            sync = self.torch.cuda.synchronize
-
-            def run():
-                out = fn(*args, **kwargs)
-                sync()
-                return out
-
-            return run
-        return lambda: fn(*args, **kwargs)
-
-    def jax_run(self, fn, *args, **kwargs):
-        block = self.jax.block_until_ready
-        return lambda: block(fn(*args, **kwargs))
+        self.t, self.put = self.env.t, self.env.put
+        self.jax_run, self.torch_run = self.env.jax_run, self.env.torch_run
 
     def dense_groups(self, ids_t):
         """The Groups the bridge builds from int64 ids, on the JAX side (outside the timing)."""
@@ -198,8 +171,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--out", type=Path, default=None, help="directory for bridge-<device>.json")
     args = parser.parse_args(argv)
-    bench = Bench(args.device)
-    cfg = _config(bench.cases, args.preset, args.device)
+    cfg = _config(_speed_modules()[1], args.preset, args.device)
+    bench = Bench(cfg)
     runner = bench.harness.Runner(cfg)
     for batch in cfg.grpo_sizes:
         case_grpo(bench, runner, batch)
