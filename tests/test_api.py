@@ -39,13 +39,15 @@ ESTIMATORS = {
     "hgpo_advantages", "HGPO",
     # shrinkage baselines
     "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
+    # entropy
+    "token_entropy", "LogprobsEntropy",
 }
 
 
 # Issue 16's rollouts plumbing (documented in docs/guides/rollouts.md), listed by hand.
 ROLLOUTS = {
-    "rollouts", "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
-    "RolloutLayout", "readers", "read_rollouts", "write_rollouts", "RolloutFormatError",
+    "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
+    "RolloutLayout", "read_rollouts", "write_rollouts", "RolloutFormatError",
 }
 
 

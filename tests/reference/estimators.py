@@ -205,3 +205,20 @@ def shrinkage_baseline(rewards, group_ids, mask=None, leave_one_out=False):
             base[i] = grand + (1 - c) * (est - grand)
             coef[i] = c
     return base, coef, grand
+
+
+# --------------------------------------------------------------------------------------------
+# Entropy
+# --------------------------------------------------------------------------------------------
+
+
+def token_entropy(logits, temperature=1.0):
+    """-Σ p log p per position, with an explicit float64 softmax per position."""
+    z = _f64(logits) / temperature
+    out = np.zeros(z.shape[:2])
+    for b in range(z.shape[0]):
+        for t in range(z.shape[1]):
+            row = z[b, t] - z[b, t].max()
+            p = np.exp(row) / np.exp(row).sum()
+            out[b, t] = -math.fsum(pi * math.log(pi) for pi in p if pi > 0)
+    return out
