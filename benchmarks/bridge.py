@@ -18,8 +18,10 @@ Implementations per case (all checked against the float64 reference before timin
   TCPO per-turn loop), on the same device.
 
 The harness (interleaved repetitions, paired ratios, agreement checks), the data and the peers are
-the speed benchmark's; this file only adds the bridged implementations. Ratios are from one run on
-one machine; absolute times on a shared machine are not comparable across runs.
+the speed benchmark's (``credax.bench``); this file only adds the bridged implementations.
+Ratios are from one run on one machine; absolute times on a shared machine are not comparable
+across runs. ``--torch-threads N`` sets torch's intra-op threads for the whole run (bridge and
+peers alike; on a loaded machine torch's default thread count oversubscribes the cores).
 """
 
 from __future__ import annotations
@@ -36,28 +38,19 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def _speed_modules():
-    """(harness, cases, peers) of the speed benchmark: ``credax.bench`` where it has been split out
-    of ``benchmarks/speed.py``, else that file itself."""
-    try:
-        from credax.bench import cases, harness, peers
+    """(harness, cases, peers) of the speed benchmark (``credax.bench``)."""
+    from credax.bench import cases, harness, peers
 
-        peers.load_torch()
-        return harness, cases, peers
-    except ImportError:
-        from . import peers, speed
-
-        return speed, speed, peers
+    peers.load_torch()
+    return harness, cases, peers
 
 
 def _config(cases, preset: str, device: str):
-    if preset == "targets":
-        base = _config(cases, "default", device)
-        base.grpo_sizes, base.tcpo_sizes = [4096, 65536], [(4096, 16)]
-        return base
-    try:  # the split-out harness: make_config(preset, device)
-        return cases.make_config("quick" if preset == "quick" else "default", device)
-    except TypeError:  # benchmarks/speed.py: make_config(quick, device, reps)
-        return cases.make_config(preset == "quick", device, None)
+    if preset == "targets":  # the two sizes whose bridge overhead is reported
+        cfg = cases.make_config("default", device)
+        cfg.grpo_sizes, cfg.tcpo_sizes = [4096, 65536], [(4096, 16)]
+        return cfg
+    return cases.make_config(preset, device)
 
 
 class Bench:
@@ -73,7 +66,7 @@ class Bench:
         import credax.torch as ct
 
         self.ct = ct
-        self.as_numpy = getattr(harness, "as_numpy", None) or harness._as_numpy
+        self.as_numpy = harness.as_numpy
         self.t, self.put = self.env.t, self.env.put
         self.jax_run, self.torch_run = self.env.jax_run, self.env.torch_run
 
@@ -170,9 +163,12 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", choices=("quick", "default", "targets"), default="default")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--out", type=Path, default=None, help="directory for bridge-<device>.json")
+    parser.add_argument("--torch-threads", type=int, default=None)
     args = parser.parse_args(argv)
     cfg = _config(_speed_modules()[1], args.preset, args.device)
     bench = Bench(cfg)
+    if args.torch_threads:
+        bench.env.torch.set_num_threads(args.torch_threads)
     runner = bench.harness.Runner(cfg)
     for batch in cfg.grpo_sizes:
         case_grpo(bench, runner, batch)
@@ -183,7 +179,9 @@ def main(argv=None) -> int:
     out_dir = args.out or (Path(tempfile.mkdtemp()) if args.preset == "quick" else RESULTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"bridge-{args.device}.json"
-    path.write_text(json.dumps({"preset": args.preset, "device": args.device, "cases": runner.cases,
+    path.write_text(json.dumps({"preset": args.preset, "device": args.device,
+                                "torch_threads": bench.env.torch.get_num_threads(),
+                                "cases": runner.cases,
                                 "failures": runner.failures}, indent=1, default=str))
     print(f"wrote {path}")
     return 1 if runner.failures else 0
