@@ -31,7 +31,7 @@ prompt id):
 ``mt_grpo``    :func:`credax.mt_grpo_advantages`: outcome + per-(prompt, turn) reward
 =============  =====================================================================
 
-matplotlib is needed for the PNGs only (``pip install 'credax[explain]'``); it is imported when
+matplotlib is needed for the PNGs only (``pip install '/path/to/credax[explain]'``); it is imported when
 the pictures are drawn, never by ``import credax``.
 """
 
