@@ -39,6 +39,11 @@ ESTIMATORS = {
     "hgpo_advantages", "HGPO",
     # shrinkage baselines
     "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
+    # entropy
+    "token_entropy", "LogprobsEntropy",
+    # diagnostics
+    "dead_groups", "DeadGroups", "anchor_hit_ratio", "credit_by_turn", "credit_by_role",
+    "CreditSummary",
 }
 
 

@@ -10,6 +10,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_stepwise`` MT-GRPO and GiGPO baselines
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
+* ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
@@ -22,6 +23,12 @@ Every public name is re-exported here, one line each. Where the math lives:
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
 from . import presets as presets
+from ._diagnostics import CreditSummary as CreditSummary
+from ._diagnostics import DeadGroups as DeadGroups
+from ._diagnostics import anchor_hit_ratio as anchor_hit_ratio
+from ._diagnostics import credit_by_role as credit_by_role
+from ._diagnostics import credit_by_turn as credit_by_turn
+from ._diagnostics import dead_groups as dead_groups
 from ._gae import GAE as GAE
 from ._gae import TurnGAE as TurnGAE
 from ._gae import TurnValues as TurnValues
@@ -40,6 +47,8 @@ from ._groups import groups as groups
 from ._groups import peer_mean as peer_mean
 from ._hgpo import HGPO as HGPO
 from ._hgpo import hgpo_advantages as hgpo_advantages
+from ._logprobs import LogprobsEntropy as LogprobsEntropy
+from ._logprobs import token_entropy as token_entropy
 from ._logprobs import token_logprobs as token_logprobs
 from ._logprobs import token_logprobs_from_hidden as token_logprobs_from_hidden
 from ._losses import PolicyLoss as PolicyLoss

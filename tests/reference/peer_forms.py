@@ -205,3 +205,12 @@ def verl_vanilla_pg_losses(log_prob, old_log_prob, advantages, clip_low, clip_hi
     ratio = np.exp(np.clip(np.asarray(log_prob) - np.asarray(old_log_prob), -20, 20))
     adv = np.asarray(advantages, np.float64)
     return np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - clip_low, 1 + clip_high))
+
+
+def verl_entropy_from_logits(logits):
+    """verl ``utils/torch_functional.py::entropy_from_logits``: logsumexp − Σ softmax · logits."""
+    z = np.asarray(logits, np.float64)
+    top = z.max(-1, keepdims=True)
+    lse = (top + np.log(np.exp(z - top).sum(-1, keepdims=True)))[..., 0]
+    p = np.exp(z - lse[..., None])
+    return lse - (p * z).sum(-1)
