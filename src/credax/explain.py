@@ -31,9 +31,9 @@ prompt id):
 ``mt_grpo``    :func:`credax.mt_grpo_advantages`: outcome + per-(prompt, turn) reward
 =============  =====================================================================
 
-matplotlib is needed for the PNGs only; it is imported when
-the pictures are drawn, never by ``import credax`` (install the ``explain`` extra:
-``pip install -e '.[explain]'`` in a clone).
+matplotlib is needed for the PNGs only (the ``explain`` extra of a clone:
+``pip install '/path/to/credax[explain]'``); it is imported when the pictures are drawn, never by
+``import credax``.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ class Env:
             self.torch_note = "torch peers not requested (--no-torch)"
         elif self.torch is None:
             self.torch_note = (f"torch not importable ({peers.TORCH_IMPORT_ERROR}): torch peers "
-                               "skipped (pip install 'credax[bench]')")
+                               "skipped (pip install '/path/to/credax[bench]')")
             print("NOTE: " + self.torch_note)
         elif self.jax_device.platform == "gpu":
             if self.torch.cuda.is_available():
