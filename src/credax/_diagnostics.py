@@ -55,8 +55,8 @@ def _per_group(x, index, num_groups, mask):
     st = segment_stats(x, idx, num_groups, valid)
     abs_st = segment_stats(jnp.abs(x), idx, num_groups, valid)
     n = st.count[-num_groups:]
-    mean = jnp.where(n > 0, st.shift[-num_groups:] + st.mean[-num_groups:], 0)
-    mean_abs = jnp.where(n > 0, abs_st.shift[-num_groups:] + abs_st.mean[-num_groups:], 0)
+    mean = jnp.where(n > 0, st.mean_value()[-num_groups:], 0)  # set units -> units of x
+    mean_abs = jnp.where(n > 0, abs_st.mean_value()[-num_groups:], 0)
     return n, mean, mean_abs
 
 

@@ -40,7 +40,7 @@ def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
     dt = r.dtype
     st = segment_stats(r, g.index, g.num_groups, mask)
     n = st.count
-    mu = st.shift + st.mean  # per-prompt mean at each row
+    mu = st.mean_value()  # per-prompt mean at each row (statistics are in set units)
     inv_n = _checks.safe_div(jnp.ones_like(n), n, mask & (n > 0))
     prompts = jnp.sum(inv_n)  # P: each prompt's rows add up to 1
     grand = _checks.safe_div(jnp.sum(inv_n * mu), prompts, prompts > 0)
@@ -48,7 +48,8 @@ def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
     # Pooled within-prompt variance: Σ (r - μ_p)² / Σ_p (n_p - 1); sum_sq is per prompt, so the
     # 1/n_p weights sum it once per prompt.
     within_dof = jnp.sum(mask, dtype=dt) - prompts
-    sigma2 = _checks.safe_div(jnp.sum(inv_n * st.sum_sq), within_dof, within_dof > 0.5)
+    sum_sq = st.sum_sq * st.unit * st.unit  # back in the units of r, squared
+    sigma2 = _checks.safe_div(jnp.sum(inv_n * sum_sq), within_dof, within_dof > 0.5)
     # The noise variance of the estimate being shrunk: σ²/n (the prompt mean) or σ²/(n-1) (the
     # mean of the others, RLOO).
     m = n - 1 if leave_one_out else n
@@ -59,7 +60,7 @@ def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
     c = jnp.where(m > 0, jnp.clip(c, 0, 1), jnp.ones_like(c))  # no peer at all: the grand mean
     c = jnp.where(within_dof > 0.5, c, jnp.where(m > 0, jnp.zeros_like(c), c))
     if leave_one_out:
-        own = st.shifted - st.mean  # r_i - μ_p (exact 0 for a constant prompt)
+        own = st.value(st.shifted - st.mean)  # r_i - μ_p (exact 0 for a constant prompt)
         estimate = mu - _checks.safe_div(own, n - 1, n > 1)  # mean of the others
     else:
         estimate = mu
