@@ -29,7 +29,10 @@ SPEC_NAMES = {
     "token_logprobs", "token_logprobs_from_hidden", "kl_divergence", "aggregate", "policy_loss",
     "PolicyLoss", "nnx",
 }
-ADDITIONS = {"PolicyMetrics"}  # the metrics NamedTuple of PolicyLoss
+ADDITIONS = {
+    "PolicyMetrics",  # the metrics NamedTuple of PolicyLoss
+    "validate_rewards", "validate_alternatives",  # eager checks of [B] rewards and alternatives (#13)
+}
 # Issue 15's estimators (documented in docs/guides/estimators.md), listed by hand from the issue.
 ESTIMATORS = {
     # value-based credit
@@ -41,6 +44,9 @@ ESTIMATORS = {
     "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
     # entropy
     "token_entropy", "LogprobsEntropy",
+    # diagnostics
+    "dead_groups", "DeadGroups", "anchor_hit_ratio", "credit_by_turn", "credit_by_role",
+    "CreditSummary",
 }
 
 

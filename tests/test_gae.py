@@ -197,7 +197,8 @@ def areal_turn_gae_max_diff(cases=200, seed=4):
     rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(cases):
-        batch, length, num_turns = int(rng.integers(1, 5)), int(rng.integers(3, 14)), 4
+        # AReaL requires turn ids < the sequence length (it clamps larger ones into the last slot).
+        batch, length, num_turns = int(rng.integers(1, 5)), int(rng.integers(5, 14)), 4
         tt = random_turn_tokens(rng, batch, length, num_turns)
         loss_mask = tt >= 0
         r = np.where(rng.random((batch, length)) < 0.3, rng.choice(VALUES, (batch, length)), 0.0)

@@ -378,7 +378,10 @@ def test_aggregate_empty_mask_is_zero_with_zero_grad(mode):
 def test_aggregate_global_normalizer_zero_and_errors():
     v = jnp.ones((2, 2))
     m = jnp.ones((2, 2), bool)
-    assert float(credax.aggregate(v, m, normalizer=0)) == 0.0
+    # A traced zero (a psum over empty masks) gives 0; a concrete 0 is rejected (issue 13).
+    assert float(jax.jit(lambda n: credax.aggregate(v, m, normalizer=n))(0.0)) == 0.0
+    with pytest.raises(ValueError, match="normalizer"):
+        credax.aggregate(v, m, normalizer=0)
     with pytest.raises(ValueError, match="normalizer"):
         credax.aggregate(v, m, mode="seq-mean-token-sum-norm")
     with pytest.raises(ValueError, match="normalizer"):

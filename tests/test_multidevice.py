@@ -147,3 +147,25 @@ def eight_devices():
                                    "EXPLICIT_SET_MESH_JIT"])
 def test_batch_sharded_equals_single_device(eight_devices, label):
     assert f"{label} OK" in eight_devices, eight_devices
+
+
+# Every public array function (issue 13, class 6): auto-axis and explicit-axis (jax.make_mesh's
+# default, also under jax.set_mesh + jit) batch-sharded inputs give the single-device results.
+EVERY_FUNCTION = pathlib.Path(__file__).with_name("multidevice_every_function.py")
+
+
+@pytest.fixture(scope="module")
+def eight_devices_every_function():
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, str(EVERY_FUNCTION)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("label", ["AUTO_EAGER", "EXPLICIT_EAGER", "EXPLICIT_SET_MESH_JIT"])
+def test_every_public_function_sharded(eight_devices_every_function, label):
+    assert f"{label} ALL OK" in eight_devices_every_function, eight_devices_every_function

@@ -191,3 +191,11 @@ def test_verl_single_file_and_bad_lines(tmp_path):
     path.write_text(json.dumps(wrong) + "\n")
     with pytest.raises(RolloutFormatError, match="field `output`"):
         read_rollouts(path, format="verl")
+
+
+def test_throughput_benchmark_runs_at_toy_size(capsys):
+    from benchmarks import rollouts_io
+
+    result = rollouts_io.main(300)
+    assert result["turns"] == 300 and result["read_rollouts_per_s"] > 0
+    assert "read_turns_per_s" in capsys.readouterr().out

@@ -270,3 +270,20 @@ def test_torch_loop_example_runs(capsys):
     # the example trains a tiny policy; it prints the success rate before and after
     first, last = re.findall(r"success ([0-9.]+)", out)[0], re.findall(r"success ([0-9.]+)", out)[-1]
     assert float(last) > float(first)
+
+
+def test_bridge_benchmark_smoke(tmp_path, capsys):
+    # toy sizes, not a timing claim: every implementation agrees with the float64 reference and
+    # the bridge's ratios to the jitted call alone are reported
+    import json
+
+    from benchmarks import bridge
+
+    assert bridge.main(["--preset", "quick", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bridge-cpu.json").read_text())
+    assert [c["case"] for c in data["cases"]] == ["grpo", "grpo", "tcpo"]
+    for case in data["cases"]:
+        assert all(a["ok"] for a in case["agreement"].values())
+        assert {"bridge_int64", "bridge_groups", "credax_jit"} <= set(case["results"])
+        assert "bridge_int64/credax_jit" in case["ratios"]
+    assert "bridge_int64 / credax_jit" in capsys.readouterr().out

@@ -46,9 +46,7 @@ PUBLIC_MODULES = tuple(sorted(
     for p in INIT.parent.iterdir()
     if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file())
 ))
-ASSETS = ("benchmarks/results/*.png", "benchmarks/results/*.json",
-          "benchmarks/quality/results/*.png", "benchmarks/quality/results/*.json",
-          "notebooks/*.ipynb")
+ASSETS = ("benchmarks/**/*.png", "benchmarks/**/*.json", "notebooks/*.ipynb")
 
 
 def public_names_by_module(init: pathlib.Path = INIT) -> dict[str, list[str]]:

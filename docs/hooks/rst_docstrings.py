@@ -73,7 +73,9 @@ def _rendered(collection):
             obj = collection[path]
         except (KeyError, ValueError, griffe.AliasResolutionError):
             return False
-        return not obj.is_alias or obj.parent.path == "credax"
+        if obj.is_alias:
+            return obj.parent.path == "credax"
+        return not obj.is_attribute or obj.docstring is not None  # undocumented data: not rendered
 
     return exists
 

@@ -10,6 +10,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_stepwise`` MT-GRPO and GiGPO baselines
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
+* ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
@@ -22,6 +23,12 @@ Every public name is re-exported here, one line each. Where the math lives:
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
 from . import presets as presets
+from ._diagnostics import CreditSummary as CreditSummary
+from ._diagnostics import DeadGroups as DeadGroups
+from ._diagnostics import anchor_hit_ratio as anchor_hit_ratio
+from ._diagnostics import credit_by_role as credit_by_role
+from ._diagnostics import credit_by_turn as credit_by_turn
+from ._diagnostics import dead_groups as dead_groups
 from ._gae import GAE as GAE
 from ._gae import TurnGAE as TurnGAE
 from ._gae import TurnValues as TurnValues
@@ -97,6 +104,8 @@ from ._turns import discount_weights as discount_weights
 from ._turns import discounted_returns as discounted_returns
 from ._turns import future_best as future_best
 from ._turns import turn_surprisal as turn_surprisal
+from ._validate import validate_alternatives as validate_alternatives
+from ._validate import validate_rewards as validate_rewards
 from ._validate import validate_turns as validate_turns
 
 __version__ = "0.1.0"

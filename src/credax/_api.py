@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 
 import jax
@@ -81,6 +82,32 @@ def check_concrete(value, name: str, ok: Callable[[float], bool], requirement: s
     return v
 
 
+def _finite(v: float) -> bool:
+    return math.isfinite(v)
+
+
+# Rules for check_values: (ok, requirement). NaN fails every comparison, so every rule rejects it.
+FINITE = (_finite, "be finite")
+NON_NEGATIVE = (lambda v: v >= 0 and _finite(v), "be >= 0 and finite")
+POSITIVE = (lambda v: v > 0 and _finite(v), "be > 0 and finite")
+UNIT = (lambda v: 0 <= v <= 1, "lie in [0, 1]")
+
+
+def check_values(**rules) -> Callable[[Mapping], None]:
+    """A ``check`` for :func:`jit_public`: each named argument, when concrete, obeys its rule.
+
+    ``rules`` maps an argument name to ``(ok, requirement)`` (``FINITE``, ``NON_NEGATIVE``,
+    ``POSITIVE``, ``UNIT``); ``None`` values (an optional hyperparameter left out) are skipped.
+    """
+
+    def check(arguments: Mapping) -> None:
+        for name, (ok, requirement) in rules.items():
+            if arguments.get(name) is not None:
+                check_concrete(arguments[name], name, ok, requirement)
+
+    return check
+
+
 def replicate_explicit(x):
     """Replicate an array sharded over *Explicit* mesh axes (``jax.make_mesh``'s default).
 
@@ -90,9 +117,11 @@ def replicate_explicit(x):
     needs anyway; ``[B]`` and ``[B, K]`` arrays are small. Auto-axis (GSPMD) shardings and
     unsharded values pass through unchanged.
     """
+    if not isinstance(x, jax.Array):  # host values (lists of 64-bit ids, options) pass as given
+        return x
     try:
         sharding = jax.typeof(x).sharding
-    except TypeError:  # static options (strings), not arrays
+    except TypeError:  # pragma: no cover - exotic array types
         return x
     mesh = getattr(sharding, "mesh", None)
     if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
@@ -102,11 +131,38 @@ def replicate_explicit(x):
     return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
 
 
+def _static_python(params, static_argnames, args, kwargs):
+    """Static options given as arrays become the Python values ``jit`` can hash.
+
+    A concrete 0-d integer or bool array (``budget=jnp.asarray(3)``, a NumPy scalar) is read back
+    as the Python number it holds; a traced one cannot set a shape, and the error names the
+    argument instead of JAX's "Non-hashable static arguments".
+    """
+
+    def python(name, value):
+        if isinstance(value, jax.core.Tracer):
+            raise TypeError(f"`{name}` is static (it changes the program or sets a shape) and must "
+                            "be a concrete Python value; got a traced array.")
+        if isinstance(value, jax.Array | np.ndarray | np.generic):
+            host = np.asarray(value)
+            if host.ndim == 0 and (np.issubdtype(host.dtype, np.integer) or host.dtype == np.bool_):
+                return host.item()
+            raise TypeError(f"`{name}` is static and must be a Python value; got an array of "
+                            f"shape {host.shape} and dtype {host.dtype}.")
+        return value
+
+    args = tuple(python(name, v) if name in static_argnames else v
+                 for name, v in zip(params, args, strict=False))
+    kwargs = {k: python(k, v) if k in static_argnames else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def jit_public(
     *,
     static_argnames: tuple[str, ...] = (),
     convert: Mapping[str, Callable] | None = None,
     check: Callable[[Mapping], None] | None = None,
+    replicate: bool = False,
 ):
     """Decorator for public functions: ``jax.jit`` with static options, host work before tracing.
 
@@ -118,6 +174,10 @@ def jit_public(
         tables need it; row-wise functions (turn scans, losses) keep their batch sharding.
       check: called with the bound arguments (defaults applied) before anything else; raises on a
         concrete value out of range (see :func:`concrete_float`).
+      replicate: replicate Explicit-mesh-sharded array arguments even without ``convert``: for
+        functions whose gathers, scatters or scan carries cannot resolve an explicit sharding
+        (turn scans, role tables, judge windows, per-turn token reductions). Their inputs are
+        ``[B, K]`` turn tensors or one ``[B, T]`` reduction, small next to the loss's.
 
     The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation) and
     ``public_options`` (these three arguments), so a test can rebuild the same entry around an
@@ -141,7 +201,9 @@ def jit_public(
                 bound = signature.bind(*args, **kwargs)
                 bound.apply_defaults()
                 check(bound.arguments)
-            if positions:
+            if static_argnames:
+                args, kwargs = _static_python(params, static_argnames, args, kwargs)
+            if positions or replicate:
                 args, kwargs = jax.tree_util.tree_map(replicate_explicit, (args, kwargs))
                 args = list(args)
                 for name, pos in positions.items():
@@ -153,7 +215,8 @@ def jit_public(
             return jitted(*args, **kwargs)
 
         wrapper.jitted = jitted
-        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check)
+        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check,
+                                      replicate=replicate)
         return wrapper
 
     return decorate

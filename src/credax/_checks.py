@@ -150,6 +150,35 @@ def safe_div(num: jax.Array, den: jax.Array, ok: jax.Array) -> jax.Array:
 
 
 def safe_sqrt(x: jax.Array) -> jax.Array:
-    """``sqrt(x)`` for ``x >= 0`` with a finite gradient at 0 (the gradient there is defined as 0)."""
+    """``sqrt(x)`` with a finite gradient at 0 (defined as 0 there); NaN stays NaN.
+
+    Only ``x > 0`` and ``x == 0`` are special-cased: a NaN (or negative) argument gives NaN, never
+    ``0`` — a NaN variance must not pass for a zero spread (that turned a NaN group into ``±x/eps``).
+    """
     positive = x > 0
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, jnp.ones_like(x))), jnp.zeros_like(x))
+    root = jnp.sqrt(jnp.where(positive, x, jnp.ones_like(x)))
+    return jnp.where(positive, root, jnp.where(x == 0, jnp.zeros_like(x), jnp.full_like(x, jnp.nan)))
+
+
+def clip_closed(x: jax.Array, lo, hi) -> jax.Array:
+    """``clip(x, lo, hi)`` whose gradient is 1 on the *closed* interval ``[lo, hi]``, 0 outside.
+
+    ``jnp.clip`` is ``min(max(x, lo), hi)`` and splits the gradient of a value exactly on a bound
+    (0.5, the tie rule of ``max``); ``torch.clamp``, which verl and TRL clip with, passes it whole.
+    A ratio exactly on a clip bound is common (``logp == old_logp`` with a bound of 1, clipped values
+    fed back), and at ``r = 1 + ε`` with ``A < 0`` the loss is smooth: the full gradient is right.
+    """
+    inside = (x >= lo) & (x <= hi)
+    return jnp.where(inside, x, jax.lax.stop_gradient(jnp.clip(x, lo, hi)))
+
+
+def as_index_array(x, name: str) -> jax.Array:
+    """An integer index array (tokens, turn maps, role codes) widened to at least int32.
+
+    Narrow dtypes wrap: an int16 token id compared with a vocabulary of 32768, or an int8 turn map
+    offset by ``b * K``, overflows silently (and the backward one-hot iota would wrap too). Every
+    index is widened before any arithmetic; 64-bit indices stay 64-bit.
+    """
+    x = as_int_array(x, name)
+    wide = jnp.int64 if x.dtype.itemsize == 8 else jnp.int32
+    return x if x.dtype == wide else x.astype(wide)

@@ -190,7 +190,7 @@ def _first_token_values(values, token_turn, token_mask, num_turns: int):
     return jnp.where(has_token, picked, jnp.zeros_like(picked)), has_token
 
 
-@jit_public(static_argnames=("num_turns",))
+@jit_public(static_argnames=("num_turns",), replicate=True)
 def turn_values(
     values: Float[Array, "B T"],
     token_turn: Int[Array, "B T"],
@@ -233,7 +233,7 @@ def turn_values(
     return TurnValues(tv.astype(out_dtype), has_token)
 
 
-@jit_public(check=_check_gae_args)
+@jit_public(check=_check_gae_args, replicate=True)
 def turn_gae_advantages(
     turn_rewards: Float[Array, "B K"],
     values: Float[Array, "B T"],

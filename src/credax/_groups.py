@@ -35,6 +35,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _api, _checks
+from ._api import NON_NEGATIVE, check_values
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -218,7 +219,7 @@ def groups(
       (2, 3, [0, 0, 0, 1, 1, 1])
     """
     if isinstance(group_ids, Groups):
-        return group_ids
+        return _check_groups(group_ids)
     _checks.reject_torch(group_ids, "group_ids", "groups")
     _checks.check_option(layout, "layout", LAYOUTS)
     if layout == "contiguous":
@@ -256,6 +257,26 @@ def groups(
             num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
             return Groups(ids.astype(jnp.int32), num_groups)
     return Groups(_representatives_jit((ids,)), ids.shape[0])
+
+
+def _check_groups(g: Groups) -> Groups:
+    """A hand-built ``Groups`` must hold what :func:`groups` would: int indices, a static count."""
+    n = g.num_groups
+    if isinstance(n, bool) or not isinstance(n, int | np.integer):
+        raise TypeError(f"`group_ids`: a Groups needs `num_groups` as a Python int (static, it sets "
+                        f"a shape); got {n!r}. Build it with `credax.groups(ids)`.")
+    index = jnp.asarray(g.index) if not isinstance(g.index, jax.Array) else g.index
+    if not jnp.issubdtype(index.dtype, jnp.integer):
+        raise TypeError(f"`group_ids`: a Groups needs an integer `index`; got dtype {index.dtype}. "
+                        "Build it with `credax.groups(ids)`.")
+    if index.ndim != 1:
+        raise ValueError(f"`group_ids`: a Groups needs a 1-D `index` of shape [B]; got shape "
+                         f"{index.shape}.")
+    if n < (1 if index.shape[0] else 0):
+        raise ValueError(f"`group_ids`: a Groups needs `num_groups` >= 1; got {n}.")
+    if index is g.index and isinstance(n, int):
+        return g
+    return Groups(index, int(n), g.group_size)
 
 
 def _contiguous_groups(group_ids, group_size, num_groups) -> Groups:
@@ -312,14 +333,34 @@ def groups_from_keys(*keys: jax.Array, valid: jax.Array | None = None) -> Groups
     return Groups(_representatives(tuple(keys), valid), keys[0].shape[0])
 
 
-def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None):
+def host_state_ids(ids):
+    """Anchor / state ids as given, except host 64-bit ids beyond int32 without x64: densified.
+
+    Only equality of ids matters, so ``np.unique``'s inverse (exact on the host) keeps every
+    distinction JAX's int32 cast would lose (and a Python list of such ids no longer overflows).
+    """
+    host = _api.concrete_numpy(ids)
+    if host is None or host.dtype == object or not np.issubdtype(host.dtype, np.integer):
+        return ids
+    if (host.dtype.itemsize > 4 and host.size and not jax.config.jax_enable_x64
+            and (host.min() < _INT32_MIN or host.max() > _INT32_MAX)):
+        _, inverse = np.unique(host, return_inverse=True)
+        return inverse.reshape(host.shape).astype(np.int32)
+    return host
+
+
+def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: bool = False):
     """:func:`credax._api.jit_public` for functions taking ``group_ids``: ids → ``Groups`` first.
 
     The ids are converted by :func:`groups` outside the compiled function, so raw ids and a
     precomputed ``Groups`` hit the same compiled program, and concrete 64-bit ids are checked on
     the host. ``None`` passes through (an optional grouping, as in ``select_top_surprisal``).
+    ``anchors=True``: ``anchor_ids`` too are densified exactly on the host (:func:`host_state_ids`).
     """
-    return _api.jit_public(static_argnames=static_argnames, convert={"group_ids": groups}, check=check)
+    convert = {"group_ids": groups}
+    if anchors:
+        convert["anchor_ids"] = host_state_ids
+    return _api.jit_public(static_argnames=static_argnames, convert=convert, check=check)
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,15 +369,40 @@ def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None):
 
 
 class _Stats(NamedTuple):
-    """Per-entry statistics of each entry's peer set, gathered back to ``[B, ...]``."""
+    """Per-entry statistics of each entry's peer set, gathered back to ``[B, ...]``.
+
+    Everything but ``count``, ``shift``, ``unit`` and the flags is in *set units*: the set's values
+    divided by ``unit``, an exact power of two close to the set's largest magnitude. In set units
+    every value lies in ``[-1, 1]``, shifted values in ``[-2, 0]`` and squares are at most 4, so
+    neither the shift nor the sum of squares can overflow for any finite input (``|x|`` up to the
+    dtype's maximum) nor underflow for tiny spreads; dividing by a power of two is exact, so for
+    ordinary values every statistic is bit-identical to the unscaled computation.
+    """
 
     count: jax.Array  # valid members of the set (float, compute dtype)
     shift: jax.Array  # the set's maximum (a member), stop-gradient; 0 for empty sets
-    shifted: jax.Array  # x - shift at valid entries, 0 elsewhere
-    total: jax.Array  # sum of the shifted values
-    mean: jax.Array  # mean of the shifted values
-    sum_sq: jax.Array  # centred sum of squares
+    unit: jax.Array  # 2**e, the set's scale (stop-gradient, a normal power of two)
+    inv_unit: jax.Array  # 2**-e
+    shifted: jax.Array  # (x - shift) / unit at valid finite entries, 0 elsewhere
+    total: jax.Array  # sum of the shifted values (set units)
+    mean: jax.Array  # mean of the shifted values (set units)
+    sum_sq: jax.Array  # centred sum of squares (set units squared)
     constant: jax.Array  # every valid value identical (exact)
+    bad_count: jax.Array  # valid non-finite values (NaN, ±inf) in the set (float)
+    own_nonfinite: jax.Array  # this entry is valid and non-finite
+
+    @property
+    def nonfinite(self) -> jax.Array:
+        """The set holds a non-finite value at a valid entry."""
+        return self.bad_count > 0
+
+    def value(self, v: jax.Array) -> jax.Array:
+        """A set-units quantity back in the units of ``x``."""
+        return v * self.unit
+
+    def mean_value(self) -> jax.Array:
+        """The set's mean in the units of ``x`` (its shift plus the mean of the shifted values)."""
+        return self.shift + self.mean * self.unit
 
 
 def check_x_and_groups(x, g: Groups, name: str) -> None:
@@ -350,24 +416,52 @@ def check_x_and_groups(x, g: Groups, name: str) -> None:
         )
 
 
+def _unit_exponent(absmax: jax.Array) -> jax.Array:
+    """The exponent ``e`` with ``absmax ≈ 2**e`` (``frexp``), clipped so ``2**±e`` stay normal."""
+    info = jnp.finfo(absmax.dtype)
+    _, e = jnp.frexp(absmax)
+    limit = -int(info.minexp) - 1  # 126 for float32: 2**-126 and 2**126 are both normal
+    return jnp.clip(e, -limit, limit)
+
+
 def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Array) -> _Stats:
-    """Masked statistics of ``x[B, ...]`` per (segment, trailing index), gathered to ``[B, ...]``."""
+    """Masked statistics of ``x[B, ...]`` per (segment, trailing index), gathered to ``[B, ...]``.
+
+    Non-finite valid values take no part in the statistics (which stay finite); the sets holding
+    one are flagged ``nonfinite``, and every caller turns its outputs there into NaN (the rule of
+    the module docstring).
+    """
+    sg = jax.lax.stop_gradient
+    own_nonfinite = mask & ~jnp.isfinite(x)
+    ok = mask & ~own_nonfinite
+    xf = jnp.where(ok, x, jnp.zeros_like(x))
     neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
-    # Shift by the set maximum: constant sets become exact zeros (see the module docstring).
-    shift_g = jax.ops.segment_max(jnp.where(mask, x, neg_inf), index, num_groups)
-    shift_g = jax.lax.stop_gradient(jnp.where(jnp.isfinite(shift_g), shift_g, 0))
-    shift = shift_g[index]
-    shifted = jnp.where(mask, x - shift, jnp.zeros_like(x))
-    # One scatter for count and sum: XLA's CPU scatter is a loop, two columns cost about one.
-    both = jnp.stack([mask.astype(x.dtype), shifted], axis=-1)
-    count_g, sum_g = jnp.moveaxis(jax.ops.segment_sum(both, index, num_groups), -1, 0)
-    mean_g = _checks.safe_div(sum_g, count_g, count_g > 0)
+    # One scatter for the maximum (the shift, a member) and minus the minimum (for the scale).
+    extremes = jax.ops.segment_max(
+        jnp.stack([jnp.where(ok, xf, neg_inf), jnp.where(ok, -xf, neg_inf)], axis=-1),
+        index, num_groups,
+    )
+    extremes = sg(jnp.where(jnp.isfinite(extremes), extremes, jnp.zeros_like(extremes)))
+    hi_g, neg_lo_g = extremes[..., 0], extremes[..., 1]
+    e = _unit_exponent(jnp.maximum(jnp.abs(hi_g), jnp.abs(neg_lo_g)))
+    one = jnp.ones((), x.dtype)
+    unit_g, inv_g = jnp.ldexp(one, e), jnp.ldexp(one, -e)
+    shift, unit, inv_unit = hi_g[index], unit_g[index], inv_g[index]
+    # Scale first, then shift: both scaled values lie in [-1, 1], their difference cannot overflow.
+    shifted = jnp.where(ok, xf * inv_unit - shift * inv_unit, jnp.zeros_like(x))
+    # One scatter for count, sum and the non-finite count: XLA's CPU scatter is a loop, three
+    # columns cost about one.
+    cols = jnp.stack([mask.astype(x.dtype), shifted, own_nonfinite.astype(x.dtype)], axis=-1)
+    count_g, sum_g, bad_g = jnp.moveaxis(jax.ops.segment_sum(cols, index, num_groups), -1, 0)
+    finite_count = count_g - bad_g
+    mean_g = _checks.safe_div(sum_g, finite_count, finite_count > 0)
     mean = mean_g[index]
-    centred = jnp.where(mask, shifted - mean, jnp.zeros_like(x))
+    centred = jnp.where(ok, shifted - mean, jnp.zeros_like(x))
     sum_sq = jax.ops.segment_sum(centred * centred, index, num_groups)[index]
     # Shifted values are <= 0, so their sum is 0 exactly when every one of them is 0.
     constant = sum_g[index] == 0
-    return _Stats(count_g[index], shift, shifted, sum_g[index], mean, sum_sq, constant)
+    return _Stats(count_g[index], shift, unit, inv_unit, shifted, sum_g[index], mean, sum_sq,
+                  constant, bad_g[index], own_nonfinite)
 
 
 def _block_stats(x: jax.Array, group_size: int, mask: jax.Array) -> _Stats:
@@ -442,47 +536,59 @@ def normalize_with_groups(
 
     st = group_stats(x, g, mask)
     singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
-
+    # Every quantity below is in set units (x / st.unit, see _Stats); ratios need no conversion.
+    centred = st.shifted - st.mean
+    if leave_one_out:
+        # x_i - mean_{j != i} x_j = n / (n - 1) * (x_i - mean); n >= 2 off the singleton branch.
+        centred = centred * _checks.safe_div(st.count, st.count - 1, st.count > 1)
     if center:
-        centred = st.shifted - st.mean
-        if leave_one_out:
-            # x_i - mean_{j != i} x_j = n / (n - 1) * (x_i - mean); n >= 2 off the singleton branch.
-            centred = centred * _checks.safe_div(st.count, st.count - 1, st.count > 1)
         num = centred
     else:
         # Select, not just mask the output: garbage at a padded entry would otherwise reach the
         # shared std through the gradient of num / den (0 * NaN in the backward pass).
-        num = jnp.where(mask, x, jnp.zeros_like(x))
+        num = jnp.where(mask & ~st.own_nonfinite, x, jnp.zeros_like(x)) * st.inv_unit
 
+    # A non-finite valid value makes NaN of exactly the outputs whose formula includes it.
+    bad = st.own_nonfinite | st.nonfinite if (center or scale_level == "group") else st.own_nonfinite
     if scale_level == "none":
-        out = num
+        out = st.value(num)
     else:
         if scale_level == "group":
             sum_sq, count, constant = st.sum_sq, st.count, st.constant
+            ratio = jnp.ones_like(x)  # set units of the std per set unit of num
+            inv = st.inv_unit
         else:  # "batch": one set per trailing index (TRL's scale_rewards="batch")
             bst = segment_stats(x, jnp.zeros_like(g.index), 1, mask)
             sum_sq, count, constant = bst.sum_sq, bst.count, bst.constant
+            ratio = bst.unit * st.inv_unit  # >= 1; inf only when num is negligible anyway
+            inv = st.inv_unit
+            bad = bad | bst.nonfinite
         dof = count - ddof
         var = _checks.safe_div(sum_sq, dof, dof > 0)
-        den = _checks.safe_sqrt(var) + eps if eps_mode == "add" else _checks.safe_sqrt(var + eps)
+        if eps_mode == "add":
+            den = _checks.safe_sqrt(var) * ratio + eps * inv
+        else:
+            den = _checks.safe_sqrt(var * ratio * ratio + eps * inv * inv)
         # Zero-spread sets are never divided: centred they are exactly 0 already, and uncentred
         # (center=False) dividing a constant by eps would blow it up by 1/eps.
         out = _checks.safe_div(num, den, (den > 0) & ~constant)
-        out = jnp.where(constant, num, out)
+        out = jnp.where(constant, st.value(num), out)
 
     if singleton == "zero":
         single = jnp.zeros_like(x)
     elif singleton == "raw":
         single = x
     else:  # "center": the centred, unscaled value (0 for a set of one)
-        single = st.shifted - st.mean
-        if leave_one_out:  # same centring as the main branch (n >= 2 happens when ddof >= 2)
-            single = single * _checks.safe_div(st.count, st.count - 1, st.count > 1)
+        single = st.value(centred)
     out = jnp.where(singleton_set, single, out)
+    out = jnp.where(bad, jnp.full_like(out, jnp.nan), out)
     return jnp.where(mask, out, jnp.zeros_like(out))
 
 
-@jit_grouped(static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"))
+@jit_grouped(
+    static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"),
+    check=check_values(eps=NON_NEGATIVE),
+)
 def group_normalize(
     x: Float[Array, "B *rest"],
     group_ids: Int[Array, " B"] | Groups,
@@ -573,6 +679,11 @@ def group_mean(
       Array([0.5, 0.5, 4. ], dtype=float32)
     """
     xc, mask, out_dtype = prepare(x, group_ids, mask)
+    st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    out = jnp.where(st.nonfinite, jnp.full_like(xc, jnp.nan), st.mean_value())
+    out = jnp.where(mask, out, jnp.zeros_like(xc))
+
+
     st = group_stats(xc, group_ids, mask)
     out = jnp.where(mask, st.shift + st.mean, jnp.zeros_like(xc))
     return out.astype(out_dtype)
@@ -641,6 +752,9 @@ def peer_mean_with_groups(x: jax.Array, g: Groups, mask: jax.Array) -> PeerMean:
     has_peer = mask & (others > 0)
     # Sum of the others in the shifted domain: the set's sum minus the entry's own value.
     loo = _checks.safe_div(st.total - st.shifted, others, has_peer)
-    mean = jnp.where(has_peer, st.shift + loo, jnp.zeros_like(x))
+    mean = jnp.where(has_peer, st.shift + st.value(loo), jnp.zeros_like(x))
+    # The others hold a non-finite value: every non-finite member of the set but this entry.
+    others_bad = st.nonfinite & ~(st.own_nonfinite & (st.bad_count <= 1))
+    mean = jnp.where(has_peer & others_bad, jnp.full_like(mean, jnp.nan), mean)
     count = jnp.where(mask, others, 0).astype(jnp.int32)
     return PeerMean(mean, count)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
+from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
 from ._groups import Groups, groups_from_keys, jit_grouped, normalize_with_groups, prepare
 from ._turns import masked_discounted_returns, prepare_anchored_steps
 
@@ -60,8 +61,12 @@ def history_keys(anchors: jnp.ndarray, turn_mask: jnp.ndarray, k: int):
     return keys, valid
 
 
-@jit_grouped(static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton",
-                             "scale", "ddof"))
+@jit_grouped(
+    static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton",
+                             "scale", "ddof"),
+    anchors=True,
+    check=check_values(gamma=UNIT, alpha=FINITE, eps=NON_NEGATIVE),
+)
 def hgpo_advantages(
     outcome_rewards: Float[Array, " B"],
     step_rewards: Float[Array, "B K"],

@@ -144,7 +144,7 @@ def _inverse_temperature(temperature, dtype) -> jax.Array | None:
 
 
 def _check_tokens(tokens, shape, name: str = "tokens") -> jax.Array:
-    tokens = _checks.as_int_array(tokens, name)
+    tokens = _checks.as_index_array(tokens, name)
     _checks.check_shape(tokens, name, shape, "[B, T]")
     return tokens
 
@@ -213,6 +213,8 @@ def token_logprobs(
     """
     logits = _checks.as_float_array(logits, "logits")
     _checks.check_ndim(logits, "logits", 3, "[B, T, V]")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"`logits` must have a vocabulary axis V >= 1; got shape {logits.shape}.")
     shape = logits.shape[:2]
     tokens = _check_tokens(tokens, shape)
     if mask is not None:
@@ -355,6 +357,9 @@ def token_logprobs_from_hidden(
     unembedding = _checks.as_float_array(unembedding, "unembedding")
     _checks.check_ndim(unembedding, "unembedding", 2, "[D, V]")
     batch, length, dim = hidden.shape
+    if unembedding.shape[1] == 0:
+        raise ValueError(f"`unembedding` must have a vocabulary axis V >= 1; got shape "
+                         f"{unembedding.shape}.")
     if unembedding.shape[0] != dim:
         raise ValueError(
             f"`unembedding` must have shape [D, V] with D={dim} (the last axis of `hidden`); "

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import check_concrete, jit_public
+from ._api import POSITIVE, check_concrete, check_values, jit_public
 from ._turns import check_token_turn, gather_turns
 
 AGG_MODES = (
@@ -63,8 +63,10 @@ def _token_array(x, name: str, shape, dtype) -> jax.Array:
 
 
 def check_normalizer(normalizer) -> None:
-    check_concrete(normalizer, "normalizer", lambda v: v >= 0,
-                   "be a non-negative token or sequence count")
+    # A concrete count of 0 (or inf) is a bug upstream; a traced 0 (a psum over empty masks)
+    # still gives loss 0 with a zero gradient.
+    check_concrete(normalizer, "normalizer", lambda v: v > 0 and math.isfinite(v),
+                   "be a positive, finite token or sequence count")
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,9 +94,32 @@ def _k3_kernel(x: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.where(small, series, large), jnp.zeros_like(x))
 
 
-def _kl_values(logp: jax.Array, ref_logp: jax.Array, estimator: str) -> jax.Array:
-    """Per-token KL estimator on prepared (compute-dtype, sanitised) log-probs."""
-    delta = logp - ref_logp
+def _log_ratio(logp: jax.Array, other: jax.Array) -> jax.Array:
+    """``logp - other``, and ``0`` where both are the same infinity (``-inf - -inf`` would be NaN).
+
+    Two log-probs of ``-inf`` describe the same (impossible) token under both policies: their
+    ratio is 1. The subtraction's gradient is 1 on the taken branch and 0 on the other, so the
+    gradient stays finite there too.
+    """
+    same_infinite = (logp == other) & ~jnp.isfinite(logp)
+    return jnp.where(same_infinite, jnp.zeros_like(logp), logp - other)
+
+
+def _kl_values(logp: jax.Array, ref_logp: jax.Array, estimator: str,
+               clamp: jax.Array | None = None) -> jax.Array:
+    """Per-token KL estimator on prepared (compute-dtype, sanitised) log-probs.
+
+    ``clamp`` (optional) bounds the estimate to ``[-clamp, clamp]`` (verl clamps k3 at 10), with
+    the full gradient on the bound as ``torch.clamp``.
+    """
+    delta = _log_ratio(logp, ref_logp)
+    out = _kl_estimate(delta, estimator)
+    if clamp is not None:
+        out = _checks.clip_closed(out, -clamp, clamp)
+    return out
+
+
+def _kl_estimate(delta: jax.Array, estimator: str) -> jax.Array:
     if estimator == "k1":
         return delta
     if estimator == "k2":
@@ -102,17 +127,18 @@ def _kl_values(logp: jax.Array, ref_logp: jax.Array, estimator: str) -> jax.Arra
     if estimator == "abs":
         return jnp.abs(delta)
     # k3: x = log(π_ref / π), clamped like verl before exp; r - 1 - log r with r = π_ref / π.
-    x = jnp.clip(-delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    x = _checks.clip_closed(-delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return _k3_kernel(x)
 
 
-@jit_public(static_argnames=("estimator",))
+@jit_public(static_argnames=("estimator",), check=check_values(clamp=POSITIVE))
 def kl_divergence(
     logp: Float[Array, "*shape"],
     ref_logp: Float[Array, "*shape"],
     *,
     estimator: str = "k3",
     mask: Bool[Array, "*shape"] | None = None,
+    clamp: float | Float[Array, ""] | None = None,
 ) -> Float[Array, "*shape"]:
     """Per-token estimate of ``KL(π || π_ref)`` from the log-probs of tokens sampled from ``π``.
 
@@ -126,8 +152,9 @@ def kl_divergence(
     k3 is computed without cancellation (a series for small ``|δ|``, ``expm1`` beyond) so it is
     never negative in float32 even for nearly equal log-probs, and ``-δ`` is clamped to ``±20``
     before ``exp`` (verl's clamp) so it stays finite for any gap; beyond the clamp it carries no
-    gradient. verl additionally clamps the k3 *value* to ``±10``; credax does not (a KL above 10
-    nats is reported as it is).
+    gradient. verl additionally clamps the k3 *value* to ``±10``: pass ``clamp=10.0`` to reproduce
+    it (by default a KL above 10 nats is reported as it is). Equal log-probs give exactly ``0``,
+    ``-inf`` and ``-inf`` included (the same impossible token under both policies).
 
     Gradient note (tokens sampled from ``π``, estimator used as a loss term): k1 and k3 have the
     right expected *value* (k2 is biased), but only k2's expected *gradient* is ``∇ KL(π || π_ref)``;
@@ -140,12 +167,14 @@ def kl_divergence(
       ref_logp: same shape; log-probs under the reference policy.
       estimator: ``"k1"``, ``"k2"``, ``"k3"`` or ``"abs"`` (static).
       mask: optional ``bool`` of the same shape; masked entries are ``0``, whatever they hold.
+      clamp: optional bound ``c > 0``: the estimate is clipped to ``[-c, c]``, full gradient on
+        the bound (``torch.clamp``); verl uses ``10`` for k3. May be traced.
 
     Returns:
       Array of ``logp``'s shape and floating dtype (computed in float32 at least).
 
     Raises:
-      ValueError: unknown ``estimator`` or mismatched shapes.
+      ValueError: unknown ``estimator``, mismatched shapes, a concrete ``clamp <= 0`` or NaN.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -171,7 +200,8 @@ def kl_divergence(
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", logp.shape)
         lp, ref = _checks.select(mask, lp), _checks.select(mask, ref)
-    out = _kl_values(lp, ref, estimator)
+    out = _kl_values(lp, ref, estimator,
+                     None if clamp is None else _checks.scalar(clamp, dtype, "clamp"))
     if mask is not None:
         out = _checks.select(mask, out)
     return out.astype(_checks.output_dtype(logp.dtype))
@@ -242,7 +272,8 @@ def aggregate(
     GRPO pass a constant such as ``num_sequences × max_response_length`` (TRL ``dr_grpo``:
     ``B × max_completion_length``; verl: ``global_batch_size × loss_scale_factor``).
 
-    Fully masked rows do not count as sequences. An empty mask (or a zero normalizer) gives ``0``
+    Fully masked rows do not count as sequences. An empty mask (or a traced zero normalizer, e.g.
+    a ``psum`` over empty masks) gives ``0``
     with a zero, finite gradient.
 
     Args:
@@ -258,7 +289,8 @@ def aggregate(
 
     Raises:
       ValueError: unknown ``mode``; ``normalizer`` missing for ``seq-mean-token-sum-norm`` or given
-        for ``token-sum``; a concrete negative ``normalizer``; ``values`` not ``[B, T]``.
+        for ``token-sum``; a concrete ``normalizer`` that is not positive and finite; ``values``
+        not ``[B, T]``.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -355,7 +387,21 @@ def _check_policy_args(a) -> None:
         check_concrete(a["dual_clip"], "dual_clip", lambda v: v > 1,
                        "be > 1 (it caps the ratio of negative-advantage tokens; "
                        "`dual_clip=None` disables it)")
-    coef = check_concrete(a["kl_coef"], "kl_coef", lambda v: v >= 0, "be >= 0")
+    coef = check_concrete(a["kl_coef"], "kl_coef", lambda v: v >= 0 and math.isfinite(v),
+                          "be >= 0 and finite")
+    if a["kl_clamp"] is not None:
+        check_concrete(a["kl_clamp"], "kl_clamp", lambda v: v > 0, "be > 0 (or None)")
+    clamp = a["log_ratio_clamp"]
+    if isinstance(clamp, tuple | list):
+        if len(clamp) != 2:
+            raise ValueError(f"`log_ratio_clamp` must be a bound c or a pair (lo, hi); got {clamp!r}.")
+        lo = check_concrete(clamp[0], "log_ratio_clamp", lambda v: v < 0,
+                            "be (lo, hi) with lo < 0 < hi (lo may be -inf)")
+        hi = check_concrete(clamp[1], "log_ratio_clamp", lambda v: v > 0,
+                            "be (lo, hi) with lo < 0 < hi (hi may be inf)")
+        del lo, hi
+    else:
+        check_concrete(clamp, "log_ratio_clamp", lambda v: v > 0, "be > 0")
     if a["ref_logp"] is None and coef is not None and coef != 0:
         raise ValueError(
             f"`kl_coef={coef}` needs `ref_logp` (the reference policy's log-probs of the same "
@@ -402,7 +448,8 @@ def _token_advantages(advantages, token_turn, mask, shape, dtype):
     return adv, mask
 
 
-@jit_public(static_argnames=("agg", "kl_estimator", "ratio", "rollout_is"), check=_check_policy_args)
+@jit_public(static_argnames=("agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight"),
+            check=_check_policy_args)
 def policy_loss(
     logp: Float[Array, "B T"],
     old_logp: Float[Array, "B T"],
@@ -424,6 +471,9 @@ def policy_loss(
     rollout_is_threshold: float | Float[Array, ""] = 2.0,
     entropy: Float[Array, "B T"] | None = None,
     entropy_coef: float | Float[Array, ""] = 0.0,
+    log_ratio_clamp: float | tuple[float, float] | Float[Array, ""] = LOG_RATIO_CLAMP,
+    kl_clamp: float | Float[Array, ""] | None = None,
+    kl_ratio_weight: bool = False,
 ) -> PolicyLoss:
     """PPO/GRPO clipped surrogate with clip-higher, dual clip, GSPO ratios and a KL term.
 
@@ -445,7 +495,10 @@ def policy_loss(
       dual-clipped.
 
     ``old_logp``, ``advantages`` and ``ref_logp`` are constants (``stop_gradient``); the gradient
-    flows through ``logp`` only. Where a bound binds, the token's gradient is exactly zero.
+    flows through ``logp`` only. Where a bound binds, the token's gradient is exactly zero; a
+    ratio exactly *on* a bound gets the full gradient, as ``torch.clamp`` gives it in verl and TRL
+    (``jnp.clip`` would give half of one branch, 0.75 of theirs in total). A token with
+    ``logp = old_logp = -inf`` (impossible under both policies) has ratio 1, loss 0 and gradient 0.
 
     Note that on the first update of fully on-policy data ``logp == old_logp``: every ratio is 1,
     no clip can bind, and with centred advantages the loss *value* is ~0 while its gradient is not
@@ -472,7 +525,13 @@ def policy_loss(
       kl_estimator: ``"k1"``, ``"k2"``, ``"k3"`` or ``"abs"`` (static), see :func:`kl_divergence`.
       ratio: ``"token"`` or ``"sequence"`` (static).
       token_turn: optional ``int[B, T]`` turn of each token (``-1`` = none), with ``[B, K]`` or
-        ``[B]`` advantages.
+        ``[B]`` advantages. Any integer dtype (narrow ones are widened first, they never wrap).
+      log_ratio_clamp: bound of the log-ratio before ``exp``: ``c`` for ``[-c, c]`` (default 20,
+        verl's token clamp) or a pair ``(lo, hi)``; verl's GSPO clamps at ``(-inf, 10.0)``
+        (``credax.presets``). Full gradient on the bound, none beyond. May be traced.
+      kl_clamp: optional bound of the per-token KL value (verl clamps k3 at 10). May be traced.
+      kl_ratio_weight: static; multiply the per-token KL by the ratio ``r`` (differentiable), TRL's
+        ``use_bias_correction_kl`` (the KL of tokens sampled from ``π_old`` estimated for ``π``).
       rollout_logp: optional ``float[B, T]`` log-probs of the rollout (inference) engine that
         sampled the tokens, when they differ from the trainer's ``old_logp`` (the
         rollout/training mismatch). Each token's loss is multiplied by the truncated weight
@@ -494,7 +553,9 @@ def policy_loss(
     Raises:
       ValueError: unknown ``agg``/``kl_estimator``/``ratio``; ``clip_low`` outside ``(0, 1)``,
         ``clip_high <= 0``, ``dual_clip <= 1``, ``kl_coef < 0``, ``kl_coef != 0`` without
-        ``ref_logp`` (concrete values); missing ``normalizer`` for ``seq-mean-token-sum-norm``;
+        ``ref_logp``, a ``normalizer`` that is not positive and finite, ``kl_clamp <= 0``, a
+        ``log_ratio_clamp`` that does not contain 0 (concrete values of any type: Python, NumPy or
+        JAX; NaN fails every check); missing ``normalizer`` for ``seq-mean-token-sum-norm``;
         mismatched shapes.
       TypeError: non-boolean ``mask``, non-integer ``token_turn``.
 
@@ -537,20 +598,32 @@ def policy_loss(
     lp = _checks.select(mask, logp.astype(dtype))
     old = sg(_checks.select(mask, old))
     adv = sg(_checks.select(mask, adv))
-    delta = lp - old
+    delta = _log_ratio(lp, old)
+    # A token impossible under both policies (logp = old_logp = -inf) has ratio 1 and carries
+    # nothing: its advantage is dropped, so its loss and gradient are exactly 0 (not NaN).
+    impossible = mask & (lp == -jnp.inf) & (old == -jnp.inf)
+    adv = jnp.where(impossible, jnp.zeros_like(adv), adv)
+    if isinstance(log_ratio_clamp, tuple | list):
+        clamp_lo, clamp_hi = (_checks.scalar(c, dtype, "log_ratio_clamp") for c in log_ratio_clamp)
+    else:
+        clamp_hi = _checks.scalar(log_ratio_clamp, dtype, "log_ratio_clamp")
+        clamp_lo = -clamp_hi
 
     if ratio == "token":
-        log_r = jnp.clip(delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        log_r = _checks.clip_closed(delta, clamp_lo, clamp_hi)
     else:
         row_tokens = jnp.sum(mask, axis=-1, dtype=dtype)
         seq = _checks.safe_div(jnp.sum(delta, axis=-1), row_tokens, row_tokens > 0)
-        log_r = jnp.clip(sg(seq)[:, None] + lp - sg(lp), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        # π/sg(π) in log space; 0 (not -inf - -inf) at a token of probability 0.
+        own = jnp.where(jnp.isfinite(lp), lp - sg(lp), jnp.zeros_like(lp))
+        log_r = _checks.clip_closed(sg(seq)[:, None] + own, clamp_lo, clamp_hi)
     log_r = _checks.select(mask, log_r)
     r = jnp.exp(log_r)
 
     low = 1 - _checks.scalar(clip_low, dtype, "clip_low")
     high = 1 + _checks.scalar(clip_high, dtype, "clip_high")
-    token_loss = jnp.maximum(-adv * r, -adv * jnp.clip(r, low, high))
+    # torch.clamp's gradient (full on the bound), then max's even split of ties as torch.maximum.
+    token_loss = jnp.maximum(-adv * r, -adv * _checks.clip_closed(r, low, high))
     negative = adv < 0
     if dual_clip is not None:
         c = _checks.scalar(dual_clip, dtype, "dual_clip")
@@ -571,7 +644,13 @@ def policy_loss(
 
     if ref_logp is not None:
         ref = sg(_checks.select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
-        kl = aggregate_values(_kl_values(lp, ref, kl_estimator), mask, agg, normalizer)
+        kl_clamp_value = None if kl_clamp is None else _checks.scalar(kl_clamp, dtype, "kl_clamp")
+        kl_tokens = _kl_values(lp, ref, kl_estimator, kl_clamp_value)
+        if kl_ratio_weight:
+            # TRL's use_bias_correction_kl: the KL of tokens sampled from π_old, importance-weighted
+            # by the (differentiable) ratio π/π_old.
+            kl_tokens = kl_tokens * r
+        kl = aggregate_values(kl_tokens, mask, agg, normalizer)
         loss = pg + _checks.scalar(kl_coef, dtype, "kl_coef") * kl
     else:
         kl = jnp.zeros((), dtype)
@@ -602,7 +681,7 @@ def policy_loss(
         clip_frac_low=fraction(negative & (rv < low)),
         clip_frac_high=fraction((adv > 0) & (rv > high)),
         dual_clip_frac=zero if dual_clip is None else fraction(negative & (rv > c)),
-        approx_kl=token_mean(_k3_kernel(sg(log_r if ratio == "token" else _checks.select(mask, jnp.clip(
+        approx_kl=token_mean(_k3_kernel(sg(_checks.select(mask, jnp.clip(
             delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))))),
         # mean of r over valid tokens = 1 + mean of (r - 1), and r - 1 is exactly 0 off the mask.
         mean_ratio=jnp.where(count > 0, 1 + token_mean(rv - 1), zero),

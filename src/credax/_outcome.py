@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
+from ._api import NON_NEGATIVE, check_values
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
@@ -30,7 +31,7 @@ def _check_outcome(rewards, name: str = "rewards") -> None:
                          f"got shape {rewards.shape}.")
 
 
-@jit_grouped(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(static_argnames=NORMALIZE_STATIC, check=check_values(eps=NON_NEGATIVE))
 def grpo_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
@@ -109,7 +110,7 @@ def rloo_advantages(
     return out.astype(out_dtype)
 
 
-@jit_grouped(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(static_argnames=NORMALIZE_STATIC, check=check_values(eps=NON_NEGATIVE))
 def gdpo_advantages(
     rewards: Float[Array, "B C"],
     group_ids: Int[Array, " B"] | Groups,
@@ -193,5 +194,5 @@ def degenerate_groups(
     _check_outcome(rewards)
     xc, mask, _ = prepare(rewards, group_ids, mask, "rewards")
     st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
-    return mask & ((st.count <= 1) | st.constant)
+    return mask & ((st.count <= 1) | st.constant | st.nonfinite)
 

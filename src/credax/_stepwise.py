@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
+from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
@@ -25,7 +26,10 @@ from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_t
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
 
-@jit_grouped(static_argnames=NORMALIZE_STATIC)
+@jit_grouped(
+    static_argnames=NORMALIZE_STATIC,
+    check=check_values(turn_coef=FINITE, eps=NON_NEGATIVE),
+)
 def mt_grpo_advantages(
     turn_rewards: Float[Array, "B K"],
     outcome_rewards: Float[Array, " B"],
@@ -116,7 +120,11 @@ def mt_grpo_advantages(
 
 
 
-@jit_grouped(static_argnames=("scale",))
+@jit_grouped(
+    static_argnames=("scale",),
+    anchors=True,
+    check=check_values(gamma=UNIT, omega=FINITE, eps=NON_NEGATIVE),
+)
 def gigpo_advantages(
     outcome_rewards: Float[Array, " B"],
     step_rewards: Float[Array, "B K"],
@@ -154,9 +162,10 @@ def gigpo_advantages(
         does). Values at padded turns never matter (NaN included).
       anchor_ids: ``int[B, K]`` id of the state each step acted on — the caller's hash of the
         observation (e.g. ``hash(text) & 0x7FFFFFFF``, or ``np.unique(obs, return_inverse=True)``
-        per batch). Equal ids mean the same state; only equality matters, within a prompt. Keep ids
-        in int32 (or enable x64): without x64, JAX truncates 64-bit ids before credax sees them,
-        which could merge two states. Values at padded turns are ignored.
+        per batch). Equal ids mean the same state; only equality matters, within a prompt. Host
+        (NumPy, list) 64-bit ids are densified exactly before JAX sees them; a JAX array made
+        from 64-bit ids without x64 was truncated already and could merge two states, so pass
+        host ids. Values at padded turns are ignored.
       turn_mask: ``bool[B, K]`` real steps.
       group_ids: ``int[B]`` prompt (task, initial state) of each trajectory, or a ``Groups``.
       gamma: step discount ``γ``; may be traced. GiGPO uses 0.95.

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import jit_public
+from ._api import FINITE, NON_NEGATIVE, UNIT, check_values, jit_public
 from ._groups import (
     NORMALIZE_STATIC,
     Groups,
@@ -150,6 +150,8 @@ def _hindsight(s, mask, g: Groups, retro: Retrospective, *, threshold):
     # index: the peer statistics of u with mask = eligible on [B, K] (one grouping primitive).
     peers = peer_mean_with_groups(u, g, eligible)
     credit = jnp.where(peers.count > 0, u - peers.mean, zero)
+    # A non-finite score is neither improving nor not: its own credit is NaN, never 0.
+    credit = jnp.where(mask & ~jnp.isfinite(s), jnp.full_like(s, jnp.nan), credit)
     return Hindsight(
         credit=credit, future_best=u, eligible=eligible, peer_count=peers.count,
         baseline=peers.mean,
@@ -188,7 +190,11 @@ def _check_alternatives(alt_scores, alt_mask, batch_turns, name="alt_scores"):
 # --------------------------------------------------------------------------------------------
 
 
-@jit_public()
+@jit_public(
+    check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
+                       regression_weight=FINITE, initial=FINITE),
+    replicate=True,
+)
 def retrospective_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -260,7 +266,7 @@ def retrospective_credit(
     return _cast(out, out_dtype)
 
 
-@jit_grouped()
+@jit_grouped(check=check_values(success_threshold=FINITE, initial=FINITE))
 def hindsight_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -330,7 +336,7 @@ def hindsight_credit(
     return _cast(_hindsight(s, mask, group_ids, retro, threshold=threshold), out_dtype)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def counterfactual_credit(
     scores: Float[Array, "B K"],
     alt_scores: Float[Array, "B K M"],
@@ -396,7 +402,8 @@ def select_top_surprisal(
     ``surprisal``: over the whole batch (``scope="batch"``), per prompt (``"group"``, needs
     ``group_ids``) or per row (``"trajectory"``). Ties break toward the lower flat index
     ``b·K + k``; a scope with fewer candidates than ``L`` selects all of them. A NaN surprisal at
-    a candidate ranks below every number (it is selected only to fill the budget).
+    a candidate ranks below every number, ``-inf`` included (it is selected only to fill the
+    budget).
 
     The ranking is one stable sort of ``(scope, not candidate, −surprisal, flat index)``, and a
     rank within the scope from the sorted run starts: ``O(BK log BK)``, no loop over rows.
@@ -457,10 +464,13 @@ def select_top_surprisal(
     s = surprisal.astype(_checks.compute_dtype(surprisal.dtype)).reshape(n)
     # Descending surprisal as an ascending key; NaN ranks last among candidates; "+ 0" makes -0.0
     # and 0.0 one key. Off-candidate values are replaced, so they never matter.
-    key = jnp.where(cand & ~jnp.isnan(s), -s + 0.0, jnp.inf)
+    # NaN gets its own key before the value, so it ranks after every number, -inf included (a
+    # shared +inf key would have tied NaN with -inf and broken the tie by position).
+    nan = cand & jnp.isnan(s)
+    key = jnp.where(cand & ~nan, -s + 0.0, jnp.zeros_like(s))
     flat = jnp.arange(n, dtype=jnp.int32)
-    seg_sorted, noncand_sorted, _, order = jax.lax.sort(
-        (segment, (~cand).astype(jnp.int32), key, flat), num_keys=4
+    seg_sorted, noncand_sorted, _, _, order = jax.lax.sort(
+        (segment, (~cand).astype(jnp.int32), nan.astype(jnp.int32), key, flat), num_keys=5
     )
     # Rank within the scope = sorted position minus the position where the scope's run starts.
     # (A segment minimum is O(n); lax.cummax over n entries lowers to an O(n²) window on CPU.)
@@ -469,7 +479,12 @@ def select_top_surprisal(
     return jnp.zeros((n,), bool).at[order].set(keep).reshape(batch, turns)
 
 
-@jit_grouped(static_argnames=("normalize",) + NORMALIZE_STATIC)
+@jit_grouped(
+    static_argnames=("normalize",) + NORMALIZE_STATIC,
+    check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
+                       regression_weight=FINITE, hindsight_weight=FINITE, counterfactual_weight=FINITE,
+                       initial=FINITE, gamma=UNIT, eps=NON_NEGATIVE),
+)
 def tcpo_advantages(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -624,7 +639,7 @@ def tcpo_advantages(
     return _cast(TCPO(advantages, credit, retro, hind, counter), out_dtype)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def raw_score_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -650,7 +665,7 @@ def raw_score_credit(
     return jnp.where(mask, s, jnp.zeros_like(s)).astype(out_dtype)
 
 
-@jit_public()
+@jit_public(check=check_values(initial=FINITE), replicate=True)
 def adjacent_delta_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],

@@ -44,7 +44,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import jit_public
+from ._api import FINITE, NON_NEGATIVE, check_values, jit_public
 from ._groups import Groups, normalize_with_groups, segment_stats
 from ._validate import check_bool_mask, check_prefix_mask, host_array
 
@@ -77,7 +77,7 @@ TRIAGE_ROLE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
 
 
 def _check_roles(roles, shape: tuple[int, ...] | None = None) -> jax.Array:
-    roles = _checks.as_int_array(roles, "roles")
+    roles = _checks.as_index_array(roles, "roles")
     _checks.check_ndim(roles, "roles", 2, "[B, K]")
     if shape is not None:
         _checks.check_shape(roles, "roles", shape, "[B, K]")
@@ -120,7 +120,7 @@ def _credit(roles: jax.Array, labelled: jax.Array, c: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------
 
 
-@jit_public()
+@jit_public(replicate=True)
 def role_credit(
     roles: Int[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -162,7 +162,10 @@ def role_credit(
     return credit.astype(_checks.output_dtype(c_raw.dtype))
 
 
-@jit_public(static_argnames=("whiten",))
+@jit_public(
+    static_argnames=("whiten",), check=check_values(lam=FINITE, whiten_eps=NON_NEGATIVE),
+    replicate=True,
+)
 def triage_advantages(
     outcome_advantages: Float[Array, " B"],
     roles: Int[Array, "B K"],
@@ -249,7 +252,7 @@ def triage_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public()
+@jit_public(check=check_values(lam=FINITE), replicate=True)
 def scalar_process_advantages(
     outcome_advantages: Float[Array, " B"],
     process_rewards: Float[Array, "B K"],
@@ -321,7 +324,7 @@ class RoleFit(NamedTuple):
     counts: jax.Array  # int32[4]: labelled valid turns of each role
 
 
-@jit_public()
+@jit_public(replicate=True)
 def fit_role_constants(
     residuals: Float[Array, "B K"],
     roles: Int[Array, "B K"],
@@ -374,12 +377,13 @@ def fit_role_constants(
     first = jax.ops.segment_min(jnp.where(valid, rows, n), index, NUM_ROLES)
     present = first < n
     first = jnp.clip(first, 0, n - 1)
-    mean = jnp.where(present, (st.shift + st.mean)[first], jnp.zeros((), dt))
+    mean_value = jnp.where(st.nonfinite, jnp.full_like(st.shift, jnp.nan), st.mean_value())
+    mean = jnp.where(present, mean_value[first], jnp.zeros((), dt))
     counts = jnp.where(present, st.count[first], jnp.zeros((), dt)).astype(jnp.int32)
     return RoleFit(mean.astype(out_dtype), counts)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def optimal_mixing_weight(
     residuals: Float[Array, "B K"],
     roles: Int[Array, "B K"],
@@ -438,7 +442,7 @@ class Windows(NamedTuple):
     valid: jax.Array  # bool[B, K, before + 1 + after]
 
 
-@jit_public(static_argnames=("before", "after"))
+@jit_public(static_argnames=("before", "after"), replicate=True)
 def judge_windows(
     turn_mask: Bool[Array, "B K"],
     *,

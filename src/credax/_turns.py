@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import jit_public
+from ._api import FINITE, UNIT, check_values, jit_public
 
 
 def prepare_turns(scores, turn_mask, name: str = "scores"):
@@ -76,7 +76,7 @@ def discount_powers(num_turns: int, gamma: jax.Array) -> jax.Array:
     return jnp.where(k == 0, jnp.ones((), gamma.dtype), gamma ** k.astype(gamma.dtype))
 
 
-@jit_public()
+@jit_public(check=check_values(initial=FINITE), replicate=True)
 def best_prior(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -108,7 +108,7 @@ def best_prior(
     return jnp.where(turn_mask, m, 0).astype(out_dtype)
 
 
-@jit_public()
+@jit_public(replicate=True)
 def future_best(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -149,7 +149,7 @@ def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[A
     return discount_powers(num_turns, gamma)
 
 
-@jit_public()
+@jit_public(check=check_values(gamma=UNIT), replicate=True)
 def discounted_returns(
     rewards: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -205,14 +205,14 @@ def gather_turns(turn_values: jax.Array, token_turn: jax.Array) -> jax.Array:
 
 
 def check_token_turn(token_turn, batch: int, name: str = "token_turn") -> jax.Array:
-    token_turn = _checks.as_int_array(token_turn, name)
+    token_turn = _checks.as_index_array(token_turn, name)
     _checks.check_ndim(token_turn, name, 2, "[B, T]")
     if token_turn.shape[0] != batch:
         raise ValueError(f"`{name}` must have shape [B, T] with B={batch}; got {token_turn.shape}.")
     return token_turn
 
 
-@jit_public()
+@jit_public(replicate=True)
 def broadcast_to_tokens(
     turn_values: Float[Array, "B K"],
     token_turn: Int[Array, "B T"],
@@ -241,7 +241,7 @@ def broadcast_to_tokens(
     return gather_turns(turn_values.astype(_checks.output_dtype(turn_values.dtype)), token_turn)
 
 
-@jit_public(static_argnames=("num_turns", "reduce"))
+@jit_public(static_argnames=("num_turns", "reduce"), replicate=True)
 def turn_surprisal(
     token_logprobs: Float[Array, "B T"],
     token_turn: Int[Array, "B T"],

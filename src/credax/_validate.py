@@ -52,6 +52,15 @@ def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask") -> None:
 
 
 def check_group_ids(group_ids, batch: int) -> None:
+    from ._groups import Groups
+
+    if isinstance(group_ids, Groups):
+        # Already dense segment indices: every `group_ids` argument accepts a Groups.
+        index = host_array(group_ids.index, "group_ids.index")
+        if index.shape != (batch,):
+            raise ValueError(f"`group_ids` (a Groups) must have index shape [B] = ({batch},); "
+                             f"got {index.shape}.")
+        return
     ids = host_array(group_ids, "group_ids")
     if ids.dtype == object or not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"`group_ids` must be an integer array; got dtype {ids.dtype}.")
@@ -105,17 +114,8 @@ def validate_turns(
     m = host_array(turn_mask, "turn_mask")
     check_bool_mask(m, "turn_mask", s.shape)
     check_group_ids(group_ids, s.shape[0])
-    valid = s[m].astype(np.float64)
-    if not np.all(np.isfinite(valid)):
-        b, k = _first(m & ~np.isfinite(s.astype(np.float64)))
-        raise ValueError(f"`scores` must be finite at valid turns; scores[{b}, {k}] = {s[b, k]}.")
-    if score_range is not None:
-        lo, hi = score_range
-        out = m & ((s < lo) | (s > hi))
-        if out.any():
-            b, k = _first(out)
-            raise ValueError(f"`scores` must lie in [{lo}, {hi}] at valid turns (`score_range`); "
-                             f"scores[{b}, {k}] = {s[b, k]}.")
+    _check_values(s, m, "scores", _check_range(score_range, "score_range"), "score_range",
+                  "valid turns")
     check_prefix_mask(m)
     if token_turn is not None:
         tt = host_array(token_turn, "token_turn")
@@ -135,3 +135,141 @@ def validate_turns(
             b, t = _first(points_at_pad)
             raise ValueError(f"`token_turn` must point at valid turns; token_turn[{b}, {t}] = "
                              f"{tt[b, t]} is a padded turn of row {b}.")
+
+
+def _check_range(value_range, name: str) -> tuple[float, float] | None:
+    """``value_range`` as ``(lo, hi)`` with real, non-NaN bounds and ``lo <= hi``, or ``None``."""
+    if value_range is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a pair (lo, hi) of numbers or None; got "
+                        f"{value_range!r}.") from None
+    if np.isnan(lo) or np.isnan(hi) or lo > hi:
+        raise ValueError(f"`{name}` must be (lo, hi) with lo <= hi and no NaN (NaN would switch "
+                         f"the check off); got {value_range!r}.")
+    return lo, hi
+
+
+def _check_values(v: np.ndarray, where: np.ndarray, name: str, value_range, range_name: str,
+                  entries: str) -> None:
+    """Values of ``v`` at ``where`` are finite and inside ``value_range``."""
+    vf = v.astype(np.float64)
+    bad = where & ~np.isfinite(vf)
+    if bad.any():
+        pos = _first(bad)
+        raise ValueError(f"`{name}` must be finite at {entries}; {name}[{', '.join(map(str, pos))}] "
+                         f"= {v[pos]}.")
+    if value_range is not None:
+        lo, hi = value_range
+        out = where & ((vf < lo) | (vf > hi))
+        if out.any():
+            pos = _first(out)
+            raise ValueError(f"`{name}` must lie in [{lo}, {hi}] at {entries} (`{range_name}`); "
+                             f"{name}[{', '.join(map(str, pos))}] = {v[pos]}.")
+
+
+def _real_array(x, name: str) -> np.ndarray:
+    a = host_array(x, name)
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.floating)
+                                 or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+        raise TypeError(f"`{name}` must be a real numeric array; got dtype {a.dtype}.")
+    return a
+
+
+def validate_rewards(
+    rewards,
+    group_ids,
+    mask=None,
+    *,
+    reward_range: tuple[float, float] | None = None,
+) -> None:
+    """Check a batch of outcome rewards eagerly: ``[B]`` (or ``[B, C]``) rewards, ids, mask.
+
+    The compiled estimators (``grpo_advantages``, ``rloo_advantages``, ``gdpo_advantages``, ...)
+    cannot look at values; a NaN or inf reward at a valid row makes NaN of its whole group (see
+    the non-finite rule in ``docs/guides/degenerate-input.md``). This is the place to stop it.
+
+    Checks, each raising with the argument's name:
+
+    * ``rewards`` is a real ``[B]`` or ``[B, C]`` array (``C`` reward components, GDPO);
+    * ``group_ids`` is an integer ``[B]`` whose values fit in int32 (as ``validate_turns``);
+    * ``mask`` (optional) is a ``bool[B]``;
+    * rewards of valid rows are finite and inside ``reward_range`` (``None``: no range check).
+
+    Raises:
+      TypeError: wrong kind of array (float mask, float ids, traced input), or a malformed
+        ``reward_range``.
+      ValueError: wrong shapes, a non-finite or out-of-range reward at a valid row, or a
+        ``reward_range`` with ``lo > hi`` or a NaN bound.
+
+    Examples:
+      >>> import numpy as np, credax
+      >>> credax.validate_rewards(np.array([1.0, 0.0, 0.5]), np.array([4, 4, 9]))
+      >>> credax.validate_rewards(np.array([1.0, np.nan, 0.5]), np.array([4, 4, 9]))
+      Traceback (most recent call last):
+      ...
+      ValueError: `rewards` must be finite at valid rows; rewards[1] = nan.
+      >>> credax.validate_rewards(np.array([1.0, np.nan]), np.array([4, 4]),
+      ...                         np.array([True, False]))   # a masked NaN is fine
+    """
+    r = _real_array(rewards, "rewards")
+    if r.ndim not in (1, 2):
+        raise ValueError(f"`rewards` must be [B] (one reward per trajectory) or [B, C] "
+                         f"(components); got shape {r.shape}.")
+    value_range = _check_range(reward_range, "reward_range")
+    check_group_ids(group_ids, r.shape[0])
+    if mask is None:
+        m = np.ones(r.shape[:1], bool)
+    else:
+        m = host_array(mask, "mask")
+        check_bool_mask(m, "mask", r.shape[:1], like="rewards' rows")
+    where = m if r.ndim == 1 else np.broadcast_to(m[:, None], r.shape)
+    _check_values(r, where, "rewards", value_range, "reward_range", "valid rows")
+
+
+def validate_alternatives(
+    alt_scores,
+    alt_mask=None,
+    scores=None,
+    *,
+    score_range: tuple[float, float] | None = (0.0, 1.0),
+) -> None:
+    """Check TCPO's counterfactual alternatives eagerly: ``alt_scores[B, K, M]`` and ``alt_mask``.
+
+    Checks, each raising with the argument's name:
+
+    * ``alt_scores`` is a real ``[B, K, M]`` array; with ``scores`` given, its ``[B, K]`` is the
+      shape of ``scores``;
+    * ``alt_mask`` (optional, default all true) is a ``bool[B, K, M]``;
+    * valid alternatives are finite and inside ``score_range`` (``None`` skips the range check).
+
+    Raises:
+      TypeError: wrong kind of array (float mask, traced input), or a malformed ``score_range``.
+      ValueError: wrong shapes, or a non-finite / out-of-range valid alternative.
+
+    Examples:
+      >>> import numpy as np, credax
+      >>> alt = np.array([[[0.0, 1.0], [0.5, np.inf]]])
+      >>> credax.validate_alternatives(alt, np.array([[[True, True], [True, False]]]))
+      >>> credax.validate_alternatives(alt)
+      Traceback (most recent call last):
+      ...
+      ValueError: `alt_scores` must be finite at valid alternatives; alt_scores[0, 1, 1] = inf.
+    """
+    alt = _real_array(alt_scores, "alt_scores")
+    if alt.ndim != 3:
+        raise ValueError(f"`alt_scores` must be 3-D, shape [B, K, M]; got shape {alt.shape}.")
+    value_range = _check_range(score_range, "score_range")
+    if scores is not None:
+        s = _real_array(scores, "scores")
+        if s.shape != alt.shape[:2]:
+            raise ValueError(f"`alt_scores` must have shape [B, K, M] with [B, K] = {s.shape} "
+                             f"(the shape of `scores`); got {alt.shape}.")
+    if alt_mask is None:
+        m = np.ones(alt.shape, bool)
+    else:
+        m = host_array(alt_mask, "alt_mask")
+        check_bool_mask(m, "alt_mask", alt.shape, like="alt_scores")
+    _check_values(alt, m, "alt_scores", value_range, "score_range", "valid alternatives")

@@ -31,8 +31,9 @@ prompt id):
 ``mt_grpo``    :func:`credax.mt_grpo_advantages`: outcome + per-(prompt, turn) reward
 =============  =====================================================================
 
-matplotlib is needed for the PNGs only (``pip install 'credax[explain]'``); it is imported when
-the pictures are drawn, never by ``import credax``.
+matplotlib is needed for the PNGs only (the ``explain`` extra of a clone:
+``pip install '/path/to/credax[explain]'``); it is imported when the pictures are drawn, never by
+``import credax``.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def explain(rollouts: Sequence[Rollout], methods: Sequence[str] = ("grpo", "tcpo
 
     Args:
       rollouts: the rollouts (e.g. from :func:`credax.read_rollouts`).
-      methods: names from :data:`METHODS`.
+      methods: names from ``METHODS`` (the table in the module docstring).
 
     Returns:
       an :class:`Explained`.

@@ -23,6 +23,7 @@ The module does not import flax: the model is any callable (an ``nnx.Module`` in
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -101,11 +102,13 @@ def sequence_logprobs(
       ValueError: ``chunk_size`` with a model that returns logits, outputs of the wrong shape, or
         a concrete ``temperature`` that is not positive and finite.
     """
-    tokens = _checks.as_int_array(tokens, "tokens")
+    tokens = _checks.as_index_array(tokens, "tokens")
     _checks.check_ndim(tokens, "tokens", 2, "[B, T]")
     batch, length = tokens.shape
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", tokens.shape)
+    if length == 0:  # no position, nothing to predict (and no model call on an empty sequence)
+        return jnp.zeros((batch, 0), jnp.float32)
     out = (apply or _call)(model, tokens)
     # Predictions at position t score tokens[t + 1]; the last position predicts nothing.
     targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
@@ -124,6 +127,14 @@ def sequence_logprobs(
             )
         lp = token_logprobs(out, targets, mask=scored, temperature=temperature)
     return jnp.concatenate([jnp.zeros((batch, 1), lp.dtype), lp[:, :-1]], axis=1)
+
+
+# Options policy_loss_fn forwards: the wrapper's own two, and policy_loss's keyword options except
+# those the batch provides.
+_POLICY_OPTIONS = frozenset({"apply", "chunk_size"}) | frozenset(
+    name for name, p in inspect.signature(policy_loss).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in {"token_turn", "ref_logp"}
+)
 
 
 def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Array, ""], PolicyMetrics]:
@@ -165,6 +176,12 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
     """
     if not isinstance(batch, PolicyBatch):
         raise TypeError(f"`batch` must be a credax.nnx.PolicyBatch; got {type(batch).__name__}.")
+    unknown = sorted(set(options) - _POLICY_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"`policy_loss_fn` got unknown option(s) {unknown}; valid options are "
+            f"{sorted(_POLICY_OPTIONS)}."
+        )
     apply = options.pop("apply", None)
     chunk_size = options.pop("chunk_size", None)
     temperature = options.pop("temperature", None)

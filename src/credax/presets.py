@@ -21,6 +21,23 @@ preset           reproduces
 
 TRL requires at least two generations per prompt (it raises otherwise), so its presets keep
 credax's singleton default (``0``); verl's do not.
+
+Loss presets, for ``credax.policy_loss(logp, old_logp, advantages, mask, **preset)`` (the same
+loss and gradients as the peer's, ties on the clip bounds included):
+
+====================  ======================================================================
+preset                reproduces
+====================  ======================================================================
+``VERL_LOSS``         verl ``compute_policy_loss_vanilla`` with its defaults: clip 0.2 both
+                      sides, dual clip ``clip_ratio_c = 3``, ``token-mean``, log-ratio clamped
+                      at ±20; KL loss ``low_var_kl`` (k3) with its value clamped at ±10.
+``VERL_GSPO_LOSS``    verl ``compute_policy_loss_gspo``: sequence ratio (GSPO-token form), log
+                      ratio clamped at ``+10`` only, no dual clip, ``seq-mean-token-mean``.
+                      Set ``clip_low``/``clip_high`` as your config does (GSPO uses ~3e-4/4e-4).
+``trl_loss(...)``     TRL ``GRPOTrainer._compute_loss`` for a ``loss_type``: see :func:`trl_loss`.
+====================  ======================================================================
+
+``kl_coef`` (verl ``kl_loss_coef``, TRL ``beta``) and ``ref_logp`` are yours to pass.
 """
 
 from __future__ import annotations
@@ -61,4 +78,98 @@ def trl(scale_rewards: str = "group") -> MappingProxyType:
         ) from None
 
 
-__all__ = ["HGPO_VERL_AGENT", "TRL", "TRL_BATCH", "TRL_NONE", "VERL", "VERL_DR_GRPO", "trl"]
+# --------------------------------------------------------------------------------------------
+# Loss parity presets.
+# --------------------------------------------------------------------------------------------
+
+VERL_LOSS = MappingProxyType(
+    dict(clip_low=0.2, clip_high=0.2, dual_clip=3.0, agg="token-mean", ratio="token",
+         log_ratio_clamp=20.0, kl_estimator="k3", kl_clamp=10.0, kl_ratio_weight=False)
+)
+VERL_GSPO_LOSS = MappingProxyType(
+    dict(clip_low=0.2, clip_high=0.2, dual_clip=None, agg="seq-mean-token-mean", ratio="sequence",
+         log_ratio_clamp=(-float("inf"), 10.0), kl_estimator="k3", kl_clamp=10.0,
+         kl_ratio_weight=False)
+)
+
+TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def trl_loss(
+    loss_type: str = "dapo",
+    *,
+    num_rows: int | None = None,
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+    num_processes: int = 1,
+    importance_sampling_level: str = "token",
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    use_bias_correction_kl: bool = False,
+) -> MappingProxyType:
+    """The ``policy_loss`` options that reproduce TRL ``GRPOTrainer`` for one ``loss_type``.
+
+    TRL's denominators, and the ``normalizer`` that reproduces each (``n_b`` valid tokens of row
+    ``b``, ``S`` rows with ``n_b > 0``, ``B`` all rows of the micro-batch)::
+
+        loss_type  TRL                                         credax
+        grpo       mean over ALL B rows of Σ_t ℓ / max(n_b, 1)  seq-mean-token-mean, normalizer=B
+        bnpo       Σ ℓ / max(Σ n_b, 1)  (local tokens)          token-mean
+        dr_grpo    Σ ℓ / (B · max_completion_length)            seq-mean-token-sum-norm, B·L
+        dapo       Σ ℓ / (num_items_in_batch / processes)       token-mean, normalizer=N/P
+
+    ``grpo`` divides by every row, empty ones included, where credax's ``seq-mean-token-mean``
+    divides by the non-empty rows ``S``: pass ``num_rows=B`` (the micro-batch's row count) to get
+    TRL's number. ``dapo``'s ``num_items_in_batch`` is the token count of the whole gradient
+    accumulation batch over all processes; without it the local token mean is used (TRL's value
+    on one process with one micro-batch). TRL additionally divides ``grpo``/``bnpo``/``dr_grpo``
+    losses by the gradient-accumulation steps, a constant factor left to the caller.
+
+    The surrogate is ``-min(r·A, clip(r, 1 - ε, 1 + ε_high)·A)``, no dual clip (TRL's ``delta``
+    two-sided clip is ``dual_clip=delta``), KL ``k3`` without a value clamp;
+    ``use_bias_correction_kl`` multiplies it by the ratio (``kl_ratio_weight``, TRL's default is
+    off). TRL does not clamp the log-ratio before ``exp``; credax keeps its ±20 clamp, so the two
+    agree for ``|logp - old_logp| <= 20`` (beyond it TRL's ratio is ``e^20``-large or ``inf``).
+
+    Raises:
+      ValueError: unknown ``loss_type`` or ``importance_sampling_level``; ``dr_grpo`` without
+        ``num_rows`` and ``max_completion_length``.
+
+    Examples:
+      >>> import credax
+      >>> opts = credax.presets.trl_loss("grpo", num_rows=8)
+      >>> opts["agg"], opts["normalizer"]
+      ('seq-mean-token-mean', 8)
+    """
+    if loss_type not in TRL_LOSS_TYPES:
+        raise ValueError(f"`loss_type` must be one of {list(TRL_LOSS_TYPES)} (the clipped TRL "
+                         f"losses); got {loss_type!r}.")
+    if importance_sampling_level not in ("token", "sequence"):
+        raise ValueError("`importance_sampling_level` must be 'token' or 'sequence'; got "
+                         f"{importance_sampling_level!r}.")
+    options = dict(
+        clip_low=epsilon, clip_high=epsilon if epsilon_high is None else epsilon_high,
+        dual_clip=None, ratio=importance_sampling_level, log_ratio_clamp=20.0,
+        kl_estimator="k3", kl_clamp=None, kl_ratio_weight=bool(use_bias_correction_kl),
+    )
+    if loss_type == "grpo":
+        options.update(agg="seq-mean-token-mean", normalizer=num_rows)
+    elif loss_type == "bnpo":
+        options.update(agg="token-mean", normalizer=None)
+    elif loss_type == "dr_grpo":
+        if num_rows is None or max_completion_length is None:
+            raise ValueError("`loss_type='dr_grpo'` divides by num_rows × max_completion_length: "
+                             "pass both `num_rows` and `max_completion_length`.")
+        options.update(agg="seq-mean-token-sum-norm", normalizer=num_rows * max_completion_length)
+    else:  # dapo
+        normalizer = None
+        if num_items_in_batch is not None:
+            normalizer = max(float(num_items_in_batch), 1.0) / num_processes
+        options.update(agg="token-mean", normalizer=normalizer)
+    return MappingProxyType(options)
+
+
+TRL_LOSS = trl_loss("dapo")  # TRL's default loss_type, one process, one micro-batch
+
+__all__ = ["HGPO_VERL_AGENT", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "VERL", "VERL_DR_GRPO",
+           "VERL_GSPO_LOSS", "VERL_LOSS", "trl", "trl_loss"]

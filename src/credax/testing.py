@@ -210,8 +210,9 @@ def describe_batch(batch: TurnBatch, *, fields: Sequence[str] | None = None) -> 
         else:
             cols[name] = [_vec(row.astype(np.float64) if np.issubdtype(arr.dtype, np.floating)
                                else row) for row in arr]
-    widths = {name: max(len(name), *(len(c) for c in col)) for name, col in cols.items()}
-    gw = max(8, *(len(str(int(g))) for g in b.group_ids))
+    # Lists, not star-arguments: a batch of B = 0 rows has no cells.
+    widths = {name: max([len(name), *(len(c) for c in col)]) for name, col in cols.items()}
+    gw = max([8, *(len(str(int(g))) for g in b.group_ids)])
     head = f"  row  {'group_id'.rjust(gw)}  {'turn_mask'.ljust(max(9, K))}  " + " ".join(
         name.ljust(widths[name]) for name in cols)
     lines = [f"TurnBatch B={B} K={K} T={b.token_turn.shape[-1]}", head.rstrip()]
@@ -278,10 +279,12 @@ def _rng(seed: int):
     return np.random.default_rng(seed) if seed else None
 
 
-def _layout(counts, num_tokens: int, min_tokens_per_turn: int, seed: int) -> np.ndarray:
+def _layout(turns, num_tokens: int, min_tokens_per_turn: int, seed: int) -> np.ndarray:
+    """``turns[i]``: the valid turn indices of row ``i``, in order (the labels its tokens get)."""
     rng = _rng(seed)
-    out = np.full((len(counts), num_tokens), -1, np.int32)
-    for i, n in enumerate(counts):
+    out = np.full((len(turns), num_tokens), -1, np.int32)
+    for i, valid in enumerate(turns):
+        n = len(valid)
         slack = num_tokens - int(n) * min_tokens_per_turn
 
         def take(slack):
@@ -289,7 +292,7 @@ def _layout(counts, num_tokens: int, min_tokens_per_turn: int, seed: int) -> np.
 
         t = take(slack)  # prompt tokens
         slack -= t
-        for k in range(int(n)):
+        for k in valid:
             extra = take(slack)
             slack -= extra
             out[i, t:t + min_tokens_per_turn + extra] = k
@@ -359,7 +362,10 @@ def token_layouts(
             f"`num_tokens`={num_tokens} cannot hold {int(counts.max())} turns of at least "
             f"{min_tokens_per_turn} tokens."
         )
-    return _SEED.map(lambda seed: _layout(counts, num_tokens, min_tokens_per_turn, seed))
+    # Tokens are labelled with the row's *valid* turn indices (with a prefix mask 0 .. n-1; with a
+    # gap, never a padded turn).
+    turns = [np.flatnonzero(row).tolist() for row in mask]
+    return _SEED.map(lambda seed: _layout(turns, num_tokens, min_tokens_per_turn, seed))
 
 
 @st.composite
@@ -402,7 +408,7 @@ def _turn_batches(draw, shapes, value, pad, min_turns, dense_ids, dtype) -> Turn
     scores = np.where(mask, scores, garbage_scores)
     rewards = np.where(lengths > 0, rewards, garbage_rewards)
     roles = _roles((B, K), draw(_SEED))
-    token_turn = _layout(lengths, T, 1, draw(_SEED))
+    token_turn = _layout([range(int(n)) for n in lengths], T, 1, draw(_SEED))
     with np.errstate(over="ignore"):  # 1e30 padding overflows float16 to inf: still padding
         return TurnBatch(
             scores=scores.astype(dtype),

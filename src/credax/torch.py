@@ -8,10 +8,10 @@ and returning torch tensors on the inputs' device (NamedTuples keep their fields
 1. hands every tensor to JAX through DLPack: CPU tensors and CUDA tensors alike are *aliased*,
    not copied, when they are contiguous and aligned (a non-contiguous tensor is made contiguous
    first — DLPack refuses strided views — and JAX copies an unaligned one);
-2. densifies 64-bit ids (``group_ids``, ``anchor_ids``) exactly with ``torch.unique`` on their
-   device before JAX sees them: without ``jax_enable_x64`` JAX would cast them to int32 and merge
-   ids that differ only above bit 32. Other int64 tensors (``token_turn``, ``roles``) are checked
-   to fit in int32 and narrowed;
+2. densifies 64-bit ids (``group_ids``, ``anchor_ids``) exactly before JAX sees them (``np.unique``
+   on the host for CPU tensors, ``torch.unique`` on the device for CUDA tensors): without
+   ``jax_enable_x64`` JAX would cast them to int32 and merge ids that differ only above bit 32.
+   Other int64 tensors (``token_turn``, ``roles``) are checked to fit in int32 and narrowed;
 3. runs credax's compiled function on that device;
 4. waits for the results (``block_until_ready``) and hands them back through DLPack, again
    without a copy. The wait is what makes it safe for the caller to overwrite its input buffers
@@ -54,6 +54,7 @@ import functools
 import inspect
 
 import jax
+import numpy as np
 import torch  # the real torch: imports are absolute, this module's own name does not shadow it
 
 import credax
@@ -105,8 +106,9 @@ def to_torch(array: jax.Array) -> torch.Tensor:
 def dense_ids(ids: torch.Tensor, name: str = "ids") -> torch.Tensor:
     """Integer ids as dense int32 ids with the same equalities, computed exactly on their device.
 
-    64-bit ids go through ``torch.unique(return_inverse=True)`` (a sort; exact at any width);
-    ids of 32 bits or fewer are returned as they are.
+    64-bit ids are densified by a sort, exact at any width: ``np.unique`` on the host for CPU
+    tensors, ``torch.unique`` on the device for CUDA tensors. Ids of 32 bits or fewer are returned
+    as they are.
 
     Raises:
       TypeError: ``ids`` is not an integer tensor.
@@ -118,6 +120,11 @@ def dense_ids(ids: torch.Tensor, name: str = "ids") -> torch.Tensor:
     ids = ids.detach()
     if ids.dtype not in _WIDE_INTS:
         return ids
+    if ids.device.type == "cpu":
+        # NumPy's single-threaded sort: torch.unique's parallel sort was 10-20x slower on a
+        # loaded 2-core machine (thread oversubscription); both are exact.
+        _, inverse = np.unique(ids.numpy(), return_inverse=True)
+        return torch.from_numpy(inverse.astype(np.int32).reshape(ids.shape))
     _, inverse = torch.unique(ids, return_inverse=True)
     return inverse.to(torch.int32).reshape(ids.shape)
 

@@ -6,7 +6,7 @@ interleaved timing, compile events, the device copy that sets the roofline),
 the targets), ``credax.bench.report`` (JSON, markdown, plot), ``credax.bench.peers`` (the
 torch / NumPy implementations credax is compared with, and float64 references). The user guide is
 ``docs/guides/speed.md``. torch and
-matplotlib come with the ``bench`` extra: ``pip install 'credax[bench]'``.
+matplotlib come with the ``bench`` extra: ``pip install '/path/to/credax[bench]'``.
 """
 
 

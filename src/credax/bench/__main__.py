@@ -10,7 +10,7 @@ fails the run). Reported: steady time (median of interleaved repetitions, ``bloc
 compile time, recompiles on a second call and on a changed hyperparameter, bytes moved, GB/s as a
 fraction of a device copy measured in the same run (the roofline), XLA's compiled memory, the
 device's peak memory where the backend reports it (``memory_stats``: GPU, TPU), and ratios against
-the torch peers when torch is installed (``pip install 'credax[bench]'``, which also brings
+the torch peers when torch is installed (``pip install '/path/to/credax[bench]'``, which also brings
 matplotlib for the plot). Ratios are from one run on one machine; absolute times on a shared machine
 are not comparable across runs.
 """

@@ -186,7 +186,7 @@ class Env:
             self.torch_note = "torch peers not requested (--no-torch)"
         elif self.torch is None:
             self.torch_note = (f"torch not importable ({peers.TORCH_IMPORT_ERROR}): torch peers "
-                               "skipped (pip install 'credax[bench]')")
+                               "skipped (pip install '/path/to/credax[bench]')")
             print("NOTE: " + self.torch_note)
         elif self.jax_device.platform == "gpu":
             if self.torch.cuda.is_available():
@@ -590,6 +590,11 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         (r2, s2, anchors2, m2, g2), {"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5})
     add("shrinkage_baseline", credax.shrinkage_baseline, (r1, g1), (r2, g2))
     add("shrinkage_advantages", credax.shrinkage_advantages, (r1, g1), (r2, g2))
+    # diagnostics
+    add("anchor_hit_ratio", credax.anchor_hit_ratio, (anchors1, m1, g1), (anchors2, m2, g2))
+    add("credit_by_role", credax.credit_by_role, (s1, roles1, m1), (s2, roles2, m2))
+    add("credit_by_turn", credax.credit_by_turn, (s1, m1), (s2, m2))
+    add("dead_groups", credax.dead_groups, (r1, g1), (r2, g2))
     np_s, np_m = np.asarray(s1), np.asarray(m1)
     add("validate_turns", credax.validate_turns, (np_s, np_m, ids1), (np.asarray(s2), np.asarray(m2), ids2),
         jitted=None)
@@ -623,6 +628,8 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     tok1 = put(rng.integers(0, vocab, size=(lb, lt)).astype(np.int32))
     tok2 = put(rng.integers(0, vocab, size=(lb, lt)).astype(np.int32))
     add("token_logprobs", credax.token_logprobs, (logits1, tok1), (logits2, tok2))
+    add("token_entropy", credax.token_entropy, (logits1,), (logits2,), {"temperature": 1.0},
+        {"temperature": 0.7})
     h1 = put(rng.standard_normal((lb, lt, hid), dtype=np.float32))
     h2 = put(rng.standard_normal((lb, lt, hid), dtype=np.float32))
     w = put(rng.standard_normal((hid, vocab), dtype=np.float32) / np.sqrt(hid))

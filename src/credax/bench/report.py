@@ -216,7 +216,7 @@ def write(data: dict, out_dir: Path, stem: str) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(data, indent=1) + "\n")
     paths["md"].write_text(render_markdown(data))
     if not plot(data, paths["png"]):
-        print("NOTE: matplotlib is not installed (pip install 'credax[bench]'): no plot written")
+        print("NOTE: matplotlib is not installed (pip install '/path/to/credax[bench]'): no plot written")
         del paths["png"]
     return paths
 

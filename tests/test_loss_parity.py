@@ -1,0 +1,224 @@
+"""Loss parity presets: ``policy_loss(..., **preset)`` against NumPy re-statements of the peers.
+
+The references below restate, in float64 NumPy, the formulas of verl's
+``compute_policy_loss_vanilla`` / ``compute_policy_loss_gspo`` / ``kl_penalty`` / ``agg_loss``
+(verl/trainer/ppo/core_algos.py) and TRL's ``GRPOTrainer._compute_loss`` (trl/trainer/
+grpo_trainer.py), read for their conventions, not copied. Gradients are central finite differences
+of the reference (random cases stay away from the clip kinks; exact ties on a bound are worked by
+hand in tests/test_adversarial.py). Each test draws ``CASES`` random micro-batches with padding
+(including an empty row), clipped and unclipped tokens, both signs of the advantage.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import credax
+from credax import presets
+
+B, T, CASES = 4, 6, 6
+
+
+def _batch(seed, *, spread=0.6):
+    rng = np.random.default_rng(seed)
+    old = rng.uniform(-3.0, -0.1, (B, T))
+    logp = old + rng.uniform(-spread, spread, (B, T))
+    ref = old + rng.uniform(-1.0, 1.0, (B, T))
+    adv = rng.normal(size=(B,))
+    mask = rng.random((B, T)) < 0.8
+    mask[0, :] = False  # an empty row (TRL "grpo" counts it, credax's seq-mean does not)
+    mask[1, 0] = True
+    return logp, old, adv, mask, ref
+
+
+def _fd_grad(loss, logp, h=1e-6):
+    g = np.zeros_like(logp)
+    for idx in np.ndindex(logp.shape):
+        up, dn = logp.copy(), logp.copy()
+        up[idx] += h
+        dn[idx] -= h
+        g[idx] = (loss(up) - loss(dn)) / (2 * h)
+    return g
+
+
+def verl_reference(logp, old, adv, mask, ref, *, kl_coef, gspo=False, clip=0.2, clip_c=3.0):
+    """verl: vanilla (token) or GSPO surrogate, token-mean / seq-mean-token-mean, k3 KL loss."""
+    a = np.broadcast_to(adv[:, None], logp.shape)
+    m = mask.astype(np.float64)
+    if gspo:
+        n = np.maximum(m.sum(-1), 1)
+        seq = (((logp - old) * m).sum(-1) / n)[:, None]
+        log_r = np.minimum(seq + 0 * logp, 10.0)  # value of sg(s) + logp - sg(logp)
+    else:
+        log_r = np.clip(logp - old, -20, 20)
+    r = np.exp(log_r)
+    l1, l2 = -a * r, -a * np.clip(r, 1 - clip, 1 + clip)
+    c1 = np.maximum(l1, l2)
+    loss_tok = c1 if gspo else np.where(a < 0, np.minimum(-a * clip_c, c1), c1)
+    kl = np.clip(ref - logp, -20, 20)
+    kld = np.clip(np.exp(kl) - kl - 1, -10, 10)
+
+    def agg(v):
+        if gspo:  # seq-mean-token-mean over non-empty rows
+            rows = m.sum(-1)
+            per = (v * m).sum(-1) / (rows + 1e-8)
+            return per[rows > 0].sum() / (rows > 0).sum()
+        return (v * m).sum() / m.sum()
+
+    return agg(loss_tok) + kl_coef * agg(kld)
+
+
+def verl_gspo_grad(logp, old, adv, mask, *, clip=0.2):
+    """GSPO's gradient is that of the GSPO-token form (sg on the sequence ratio), which finite
+    differences of the value cannot see: d/dlogp_t = -A·s_b (unclipped) / (n_b · S)."""
+    m = mask.astype(np.float64)
+    n = m.sum(-1)
+    seq = ((logp - old) * m).sum(-1) / np.maximum(n, 1)
+    s = np.exp(np.minimum(seq, 10.0))
+    a = adv
+    l1, l2 = -a * s, -a * np.clip(s, 1 - clip, 1 + clip)
+    unclipped = l1 >= l2
+    rows = (n > 0).sum()
+    per_token = np.where(unclipped, -a * s, 0.0)[:, None] / np.maximum(n, 1)[:, None] / rows
+    return per_token * m
+
+
+def trl_reference(logp, old, adv, mask, ref, *, loss_type, beta, bias_kl=False, eps=0.2,
+                  max_len=T, level="token"):
+    a = adv[:, None]
+    m = mask.astype(np.float64)
+    log_ratio = logp - old
+    if level == "sequence":
+        log_ratio = ((log_ratio * m).sum(-1) / np.maximum(m.sum(-1), 1.0))[:, None]
+    coef_1 = np.exp(log_ratio)
+    coef_2 = np.clip(coef_1, 1 - eps, 1 + eps)
+    ptl = -np.minimum(coef_1 * a, coef_2 * a)
+    kl = np.exp(ref - logp) - (ref - logp) - 1
+    if bias_kl:
+        kl = kl * coef_1
+    ptl = ptl + beta * kl
+    if loss_type == "grpo":
+        return ((ptl * m).sum(-1) / np.maximum(m.sum(-1), 1.0)).mean()
+    if loss_type == "bnpo":
+        return (ptl * m).sum() / max(m.sum(), 1.0)
+    if loss_type == "dr_grpo":
+        return (ptl * m).sum() / (ptl.shape[0] * max_len)
+    return (ptl * m).sum() / max(m.sum(), 1.0)  # dapo, one process, num_items = local tokens
+
+
+def _credax(logp, old, adv, mask, ref, kl_coef, **options):
+    def f(lp):
+        return credax.policy_loss(lp, jnp.asarray(old, jnp.float32), jnp.asarray(adv, jnp.float32),
+                                  jnp.asarray(mask), ref_logp=jnp.asarray(ref, jnp.float32),
+                                  kl_coef=kl_coef, **options).loss
+
+    lp = jnp.asarray(logp, jnp.float32)
+    return float(f(lp)), np.asarray(jax.grad(f)(lp), np.float64)
+
+
+def _inputs32(*arrays):
+    # The reference sees exactly the float32 values credax sees.
+    return [np.asarray(x, np.float32).astype(np.float64) if x.dtype != bool else x for x in arrays]
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_verl_vanilla_preset(seed):
+    logp, old, adv, mask, ref = _inputs32(*_batch(seed))
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.1, **presets.VERL_LOSS)
+    want = verl_reference(logp, old, adv, mask, ref, kl_coef=0.1)
+    want_grad = _fd_grad(lambda lp: verl_reference(lp, old, adv, mask, ref, kl_coef=0.1), logp)
+    np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_verl_vanilla_dual_clip_and_kl_clamp_bind(seed):
+    # Large gaps: the dual clip (r > 3, A < 0) and the k3 clamp at 10 (|ref - logp| ≈ 12) bind.
+    logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=2.5))
+    ref = np.asarray(logp - 12.0 * np.sign(np.random.default_rng(seed).normal(size=logp.shape)),
+                     np.float32).astype(np.float64)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.1, **presets.VERL_LOSS)
+    want = verl_reference(logp, old, adv, mask, ref, kl_coef=0.1)
+    want_grad = _fd_grad(lambda lp: verl_reference(lp, old, adv, mask, ref, kl_coef=0.1), logp)
+    np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_verl_gspo_preset(seed):
+    logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=0.15))
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.0, **presets.VERL_GSPO_LOSS)
+    want = verl_reference(logp, old, adv, mask, ref, kl_coef=0.0, gspo=True)
+    np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, verl_gspo_grad(logp, old, adv, mask), rtol=1e-4, atol=1e-7)
+
+
+def test_verl_gspo_clamps_at_plus_ten_only():
+    # A sequence log-ratio of 12 is clamped to 10 (credax's default clamp is ±20); -30 is not.
+    old = np.zeros((2, 1), np.float32)
+    logp = np.array([[12.0], [-30.0]], np.float32)
+    adv = np.array([-1.0, 1.0], np.float32)
+    out = credax.policy_loss(logp, old, adv, np.ones((2, 1), bool), **presets.VERL_GSPO_LOSS)
+    # row 0: A < 0, r = e^10 > 1 + ε: ℓ = -A·r = e^10; row 1: r = e^-30 < 1 - ε, A > 0: the
+    # unclipped branch -A·r = -e^-30 is the max; seq-mean over 2 rows.
+    np.testing.assert_allclose(out.loss, (np.exp(10.0) - np.exp(-30.0)) / 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("loss_type", presets.TRL_LOSS_TYPES)
+@pytest.mark.parametrize("seed", range(CASES))
+def test_trl_presets(loss_type, seed):
+    logp, old, adv, mask, ref = _inputs32(*_batch(seed))
+    options = presets.trl_loss(loss_type, num_rows=B, max_completion_length=T)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
+    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type=loss_type, beta=0.04)
+    np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_trl_bias_corrected_kl(seed):
+    logp, old, adv, mask, ref = _inputs32(*_batch(seed))
+    options = presets.trl_loss("dapo", use_bias_correction_kl=True)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
+    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
+                                        bias_kl=True)
+    np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_trl_sequence_level(seed):
+    # TRL's importance_sampling_level="sequence" (GSPO): the ratio's gradient flows through the
+    # mean log-ratio, which is what the GSPO-token form computes; beta=0 (see trl_loss).
+    logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=0.15))
+    options = presets.trl_loss("grpo", num_rows=B, importance_sampling_level="sequence")
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.0, **options)
+    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type="grpo", beta=0.0,
+                                        level="sequence")
+    np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
+
+
+def test_trl_grpo_divides_by_all_rows():
+    # Hand-worked: rows [A=1, 2 tokens on-policy] and an empty row. TRL "grpo": (−1 + 0) / 2 rows;
+    # credax's seq-mean-token-mean alone: −1 / 1 non-empty row.
+    z = np.zeros((2, 2), np.float32)
+    mask = np.array([[True, True], [False, False]])
+    adv = np.array([1.0, 1.0], np.float32)
+    assert float(credax.policy_loss(z, z, adv, mask, agg="seq-mean-token-mean").loss) == -1.0
+    out = credax.policy_loss(z, z, adv, mask, **presets.trl_loss("grpo", num_rows=2))
+    assert float(out.loss) == -0.5
+
+
+def test_trl_loss_errors():
+    with pytest.raises(ValueError, match="`loss_type`"):
+        presets.trl_loss("sapo")
+    with pytest.raises(ValueError, match="num_rows"):
+        presets.trl_loss("dr_grpo")
+    with pytest.raises(ValueError, match="`importance_sampling_level`"):
+        presets.trl_loss("grpo", importance_sampling_level="turn")
+    opts = presets.trl_loss("dapo", num_items_in_batch=96, num_processes=4)
+    assert opts["normalizer"] == 24.0 and opts["agg"] == "token-mean"
