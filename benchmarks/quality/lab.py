@@ -186,6 +186,10 @@ def triage_metrics(lb: LabBatch, grpo_index: int, *, lam: float) -> dict:
             u = lb.used[s]
             a, g, roles = lb.gt.advantage[s][u], lb.credit[s, grpo_index][u], lb.judged[s, j][u]
             t = X.triage_theory(a, float(lb.sigma[s]), g, roles, lam=lam)
+            if not float(lb.sigma[s]) > 0:  # every return of the batch equal: no scale for A*
+                for q in ("cov", "lambda_star", "lambda_star_credax", "mse_change"):
+                    per[q].append(float("nan"))
+                continue
             delta = a / float(lb.sigma[s]) - g
             lam_cx = credax.optimal_mixing_weight(
                 jnp.asarray(delta, jnp.float32)[None], jnp.asarray(roles, jnp.int32)[None],
