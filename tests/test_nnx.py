@@ -171,13 +171,15 @@ def test_train_step_raises_logprobs_of_positive_advantages():
 
 DATA_PARALLEL = textwrap.dedent(
     """
-    import functools, json, sys
+    import functools, json, os, sys
     import jax, jax.numpy as jnp, optax
     from flax import nnx
     from jax.sharding import NamedSharding, PartitionSpec as P
-    sys.path.insert(0, sys.argv[1])
+    # The tests folder itself, not `tests.`: verl (a test extra) installs a top-level `tests`
+    # package that would shadow this repository's.
+    sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
     import credax.nnx as cnnx
-    from tests.test_nnx import TinyLM, _batch
+    from test_nnx import TinyLM, _batch
 
     assert len(jax.devices()) == 8, jax.devices()
     model = TinyLM(17, 8, rngs=nnx.Rngs(0))

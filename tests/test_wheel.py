@@ -88,3 +88,27 @@ def test_wheel_installs_and_runs_the_quickstart(wheel, tmp_path):
     sigma = (1 / 3) ** 0.5
     expected = [(1 / 3) / sigma, (-2 / 3) / sigma, (1 / 3) / sigma, 0.0, 0.0, 0.0]
     assert got["adv"] == [round(e, 5) for e in expected]
+
+
+def test_wheel_runs_the_benchmark_cli(wheel, tmp_path):
+    """`python -m credax.bench` ships with the package: it runs from the installed wheel alone
+    (no repository, no torch, no matplotlib: JSON and markdown, and a note that the plot is
+    skipped), from an unrelated folder."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    _pip("--python", str(python), "install", "--quiet", "--no-compile", str(wheel), cwd=tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    out = work / "bench-out"
+    done = subprocess.run(
+        [str(python), "-m", "credax.bench", "--quick", "--entries", "grpo_advantages",
+         "--no-torch", "--out", str(out)],
+        cwd=work, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (report,) = out.glob("*.json")
+    data = json.loads(report.read_text())
+    assert data, "empty benchmark report"
+    assert "matplotlib is not installed" in done.stdout

@@ -466,27 +466,40 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
 
 def _block_stats(x: jax.Array, group_size: int, mask: jax.Array) -> _Stats:
     """:func:`segment_stats` for the contiguous layout: a reshape to ``[B / G, G, ...]`` and
-    reductions over the ``G`` axis (no scatter, no gather). Same shift, same two-pass variance;
-    the sums differ from the scatter's only by float rounding (another summation order)."""
+    reductions over the ``G`` axis (no scatter, no gather). The same non-finite rule, the same
+    power-of-two set unit, shift and two-pass variance; the sums differ from the scatter's only by
+    float rounding (another summation order)."""
+    sg = jax.lax.stop_gradient
     batch = x.shape[0]
     blocks = (batch // group_size, group_size)
     xb = x.reshape(blocks + x.shape[1:])
     mb = mask.reshape(xb.shape)
+    own_nonfinite = mb & ~jnp.isfinite(xb)
+    ok = mb & ~own_nonfinite
+    xf = jnp.where(ok, xb, jnp.zeros_like(xb))
     neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
-    shift = jnp.max(jnp.where(mb, xb, neg_inf), axis=1, keepdims=True)
-    shift = jax.lax.stop_gradient(jnp.where(jnp.isfinite(shift), shift, 0))
-    shifted = jnp.where(mb, xb - shift, jnp.zeros_like(xb))
+    hi = jnp.max(jnp.where(ok, xf, neg_inf), axis=1, keepdims=True)
+    neg_lo = jnp.max(jnp.where(ok, -xf, neg_inf), axis=1, keepdims=True)
+    hi = sg(jnp.where(jnp.isfinite(hi), hi, jnp.zeros_like(hi)))
+    neg_lo = sg(jnp.where(jnp.isfinite(neg_lo), neg_lo, jnp.zeros_like(neg_lo)))
+    e = _unit_exponent(jnp.maximum(jnp.abs(hi), jnp.abs(neg_lo)))
+    one = jnp.ones((), x.dtype)
+    unit, inv_unit = jnp.ldexp(one, e), jnp.ldexp(one, -e)
+    shifted = jnp.where(ok, xf * inv_unit - hi * inv_unit, jnp.zeros_like(xb))
     count = jnp.sum(mb, axis=1, keepdims=True, dtype=x.dtype)
+    bad = jnp.sum(own_nonfinite, axis=1, keepdims=True, dtype=x.dtype)
     total = jnp.sum(shifted, axis=1, keepdims=True)
-    mean = _checks.safe_div(total, count, count > 0)
-    centred = jnp.where(mb, shifted - mean, jnp.zeros_like(xb))
+    finite_count = count - bad
+    mean = _checks.safe_div(total, finite_count, finite_count > 0)
+    centred = jnp.where(ok, shifted - mean, jnp.zeros_like(xb))
     sum_sq = jnp.sum(centred * centred, axis=1, keepdims=True)
 
     def rows(v):  # [B / G, 1, ...] -> [B, ...]
         return jnp.broadcast_to(v, xb.shape).reshape(x.shape)
 
-    return _Stats(rows(count), rows(shift), shifted.reshape(x.shape), rows(total), rows(mean),
-                  rows(sum_sq), rows(total == 0))
+    return _Stats(rows(count), rows(hi), rows(unit), rows(inv_unit), shifted.reshape(x.shape),
+                  rows(total), rows(mean), rows(sum_sq), rows(total == 0), rows(bad),
+                  own_nonfinite.reshape(x.shape))
 
 
 def group_stats(x: jax.Array, g: Groups, mask: jax.Array) -> _Stats:
@@ -679,13 +692,9 @@ def group_mean(
       Array([0.5, 0.5, 4. ], dtype=float32)
     """
     xc, mask, out_dtype = prepare(x, group_ids, mask)
-    st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    st = group_stats(xc, group_ids, mask)
     out = jnp.where(st.nonfinite, jnp.full_like(xc, jnp.nan), st.mean_value())
     out = jnp.where(mask, out, jnp.zeros_like(xc))
-
-
-    st = group_stats(xc, group_ids, mask)
-    out = jnp.where(mask, st.shift + st.mean, jnp.zeros_like(xc))
     return out.astype(out_dtype)
 
 

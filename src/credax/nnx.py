@@ -131,7 +131,7 @@ def sequence_logprobs(
 
 # Options policy_loss_fn forwards: the wrapper's own two, and policy_loss's keyword options except
 # those the batch provides.
-_POLICY_OPTIONS = frozenset({"apply", "chunk_size"}) | frozenset(
+_POLICY_OPTIONS = frozenset({"apply", "chunk_size", "temperature"}) | frozenset(
     name for name, p in inspect.signature(policy_loss).parameters.items()
     if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in {"token_turn", "ref_logp"}
 )
