@@ -15,6 +15,10 @@ from hypothesis import HealthCheck, settings
 
 from credax import _api
 
+# Scripts that the tests run in subprocesses (8 forced CPU devices, jax.distributed workers):
+# importing them here, as --doctest-modules would, runs their module-level asserts.
+collect_ignore = ["multidevice_every_function.py", "multiprocess_worker.py"]
+
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 

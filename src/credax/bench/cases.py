@@ -598,6 +598,10 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     np_s, np_m = np.asarray(s1), np.asarray(m1)
     add("validate_turns", credax.validate_turns, (np_s, np_m, ids1), (np.asarray(s2), np.asarray(m2), ids2),
         jitted=None)
+    add("validate_rewards", credax.validate_rewards, (np.asarray(r1), ids1),
+        (np.asarray(r2), ids2), jitted=None)
+    add("validate_alternatives", credax.validate_alternatives, (np.asarray(alt1), np.asarray(am), np_s),
+        (np.asarray(alt2), np.asarray(am), np.asarray(s2)), jitted=None)
     add("validate_roles", credax.validate_roles, (np.asarray(roles1), np_m),
         (np.asarray(roles2), np.asarray(m2)), jitted=None)
     labels = [["D", "E", "N", "R"][: 1 + i % 4] for i in range(min(b, 256))]
