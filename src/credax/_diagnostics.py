@@ -15,7 +15,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import jit_public
-from ._groups import Groups, groups_from_keys, jit_grouped, prepare, segment_stats
+from ._groups import Groups, check_x_and_groups, groups_from_keys, jit_grouped, prepare, segment_stats
 
 
 class DeadGroups(NamedTuple):
@@ -138,6 +138,7 @@ def anchor_hit_ratio(
     _checks.check_ndim(anchors, "anchor_ids", 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", anchors.shape)
     n = anchors.size
+    check_x_and_groups(anchors, group_ids, "anchor_ids")
     prompt = jnp.broadcast_to(group_ids.index[:, None], anchors.shape).reshape(n)
     flat_mask = turn_mask.reshape(n)
     g = groups_from_keys(prompt, anchors.reshape(n), valid=flat_mask)
