@@ -14,7 +14,8 @@ without that entry are wrapped as they are. Then:
   or by credax's own check, a ``ValueError``/``TypeError`` whose message names an argument of
   the function — unless the table below says the mutated shape is accepted, and why.
 
-beartype is a test-only dependency (the ``dev`` extra); credax never imports it.
+``credax.nnx.sequence_logprobs`` (the model-facing entry) gets the same two checks on a bigram
+model. beartype is a test-only dependency (the ``dev`` extra); credax never imports it.
 """
 
 from __future__ import annotations
@@ -238,3 +239,30 @@ def test_shape_mismatch_is_rejected(name, arg, how):
         return
     names = "|".join(re.escape(p) for p in params)
     assert re.search(rf"`({names})`", str(info.value)), (info.type, str(info.value))
+
+
+# credax.nnx: the model-facing entry (a Flax NNX model; flax is in the dev extra).
+NNX_MUTATIONS = [(arg, how) for arg in ("tokens", "mask") for how in ("row", "last", "axis")]
+
+
+@pytest.fixture(scope="module")
+def bigram():
+    nnx = pytest.importorskip("flax.nnx")
+    return nnx.Embed(V, V, rngs=nnx.Rngs(0))  # logits at t: the embedding row of tokens[t]
+
+
+def test_sequence_logprobs_contract(bigram):
+    f = checked(credax.nnx.sequence_logprobs)
+    for kwargs in ({}, {"mask": TOKM}, {"mask": TOKM, "temperature": 0.7}):
+        np.testing.assert_array_equal(f(bigram, TOK, **kwargs),
+                                      credax.nnx.sequence_logprobs(bigram, TOK, **kwargs))
+
+
+@pytest.mark.parametrize(("arg", "how"), NNX_MUTATIONS)
+def test_sequence_logprobs_shape_mismatch_is_rejected(bigram, arg, how):
+    inputs = {"tokens": TOK, "mask": TOKM}
+    inputs[arg] = _mutate(inputs[arg], how)
+    with pytest.raises((TypeError, ValueError)) as info:
+        checked(credax.nnx.sequence_logprobs)(bigram, inputs["tokens"], inputs["mask"])
+    if info.type is not jaxtyping.TypeCheckError:
+        assert re.search(r"`(tokens|mask|model)`", str(info.value)), (info.type, str(info.value))
