@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import groups as ref
 
 import credax
 from credax import presets
+from tests.reference import groups as ref
 
 NICE = (0.0, 0.35, 1.0 / 3.0, 0.95, 1.0, -2.5, 7.0)  # non-dyadic values on purpose
 GARBAGE = (math.nan, math.inf, -math.inf, 1e30, -3.0)

@@ -22,7 +22,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
-from ._groups import Groups, groups_from_keys, jit_grouped, normalize_with_groups, prepare
+from ._groups import Groups, check_x_and_groups, groups_from_keys, jit_grouped, normalize_with_groups, prepare
 from ._turns import masked_discounted_returns, prepare_anchored_steps
 
 EPISODE_POOLING = ("trajectory", "step")
@@ -165,6 +165,7 @@ def hgpo_advantages(
 
     g = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
     g_flat = g.reshape(n)
+    check_x_and_groups(s, group_ids, "step_rewards")
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
     options = dict(center=True, scale=scale, eps=eps, eps_mode="add", leave_one_out=False)
 
