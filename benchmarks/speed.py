@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import inspect
 import json
 import math
 import os
@@ -407,9 +406,6 @@ def case_grpo(env: Env, runner: Runner, batch: int) -> None:
 def case_tcpo(env: Env, runner: Runner, batch: int, num_turns: int) -> None:
     credax, peers, torch = env.credax, env.peers, env.torch
     params = {"B": batch, "K": num_turns, "group_size": GROUP_SIZE, "gamma": TCPO_GAMMA}
-    if not hasattr(credax, "tcpo_advantages"):
-        runner.skip("tcpo", "credax.tcpo_advantages is not available in this checkout", params)
-        return
     rng = np.random.default_rng(1000 * batch + num_turns)
     ids = make_ids(rng, batch)
     scores, turn_mask = make_turns(rng, batch, num_turns)
@@ -442,7 +438,6 @@ def case_triage_broadcast(env: Env, runner: Runner, length: int) -> None:
     credax, peers, torch = env.credax, env.peers, env.torch
     batch, num_turns = runner.cfg.token_batch, runner.cfg.num_turns
     params = {"B": batch, "K": num_turns, "T": length, "tokens": batch * length}
-    have_triage = hasattr(credax, "triage_advantages")
     rng = np.random.default_rng(length)
     _, turn_mask = make_turns(rng, batch, num_turns)
     token_turn = make_token_turn(rng, turn_mask, length)
@@ -457,19 +452,14 @@ def case_triage_broadcast(env: Env, runner: Runner, length: int) -> None:
     turn_ref_j = env.put(turn_ref.astype(np.float32))
     notes = []
     impls = []
-    if have_triage:
-        triage, broadcast = credax.triage_advantages, credax.broadcast_to_tokens
-        block = env.jax.block_until_ready
+    triage, broadcast = credax.triage_advantages, credax.broadcast_to_tokens
+    block = env.jax.block_until_ready
 
-        def credax_pipeline():
-            return block(broadcast(triage(a_j, roles_j, m_j, lam=LAM), tt_j))
+    def credax_pipeline():
+        return block(broadcast(triage(a_j, roles_j, m_j, lam=LAM), tt_j))
 
-        impls.append(Impl("credax_triage_broadcast", credax_pipeline,
-                          "credax triage_advantages + broadcast_to_tokens", _as_numpy))
-    else:
-        notes.append("credax.triage_advantages not available: timing broadcast_to_tokens alone")
-        runner.skip("triage_broadcast", "credax.triage_advantages is not available; "
-                    "credax_broadcast only", params)
+    impls.append(Impl("credax_triage_broadcast", credax_pipeline,
+                      "credax triage_advantages + broadcast_to_tokens", _as_numpy))
     impls.append(Impl("credax_broadcast", env.jax_run(credax.broadcast_to_tokens, turn_ref_j, tt_j),
                       "credax broadcast_to_tokens alone (turn values given)", _as_numpy))
     impls.append(Impl("numpy_take", lambda: peers.numpy_triage_take(
@@ -516,13 +506,6 @@ def case_policy_loss(env: Env, runner: Runner, length: int) -> None:
     credax, peers, jax = env.credax, env.peers, env.jax
     batch, num_turns = runner.cfg.token_batch, runner.cfg.num_turns
     params = {"B": batch, "K": num_turns, "T": length, "tokens": batch * length}
-    if not hasattr(credax, "policy_loss"):
-        runner.skip("policy_loss", "credax.policy_loss is not available in this checkout", params)
-        return
-    sig = inspect.signature(credax.policy_loss)
-    if "token_turn" not in sig.parameters:
-        runner.skip("policy_loss", "credax.policy_loss has no `token_turn` argument", params)
-        return
     rng = np.random.default_rng(7 * length)
     _, turn_mask = make_turns(rng, batch, num_turns)
     token_turn = make_token_turn(rng, turn_mask, length)
@@ -688,26 +671,23 @@ def case_compile(env: Env, cfg: Config) -> list[dict]:
         lambda: credax.grpo_advantages(r2, i2, eps=1e-6),
         lambda: credax.grpo_advantages(r2, i2, eps=1e-4), "eps"))
 
-    if hasattr(credax, "tcpo_advantages"):
-        b, k = shapes["tcpo"]
-        data = []
-        for _ in range(2):
-            s, m = make_turns(rng, b, k)
-            data.append((put(s), put(m), put(make_ids(rng, b))))
-        (s1, m1, j1), (s2, m2, j2) = data
-        tc = credax.tcpo_advantages
-        hp = dict(gamma=0.9, hindsight_weight=1.0)
-        out.append(measure_compile(
-            env, "tcpo_advantages (raw ids)", tc.jitted,
-            lambda: tc(s1, m1, j1, **hp), lambda: tc(s2, m2, j2, **hp),
-            lambda: tc(s2, m2, j2, gamma=0.8, hindsight_weight=0.5), "gamma, hindsight_weight"))
-        h1, h2 = credax.groups(j1), credax.groups(j2)
-        out.append(measure_compile(
-            env, "tcpo_advantages (Groups)", tc.jitted,
-            lambda: tc(s1, m1, h1, **hp), lambda: tc(s2, m2, h2, **hp),
-            lambda: tc(s2, m2, h2, gamma=0.8, hindsight_weight=0.5), "gamma, hindsight_weight"))
-    else:
-        print("  SKIP tcpo_advantages: not available")
+    b, k = shapes["tcpo"]
+    data = []
+    for _ in range(2):
+        s, m = make_turns(rng, b, k)
+        data.append((put(s), put(m), put(make_ids(rng, b))))
+    (s1, m1, j1), (s2, m2, j2) = data
+    tc = credax.tcpo_advantages
+    hp = dict(gamma=0.9, hindsight_weight=1.0)
+    out.append(measure_compile(
+        env, "tcpo_advantages (raw ids)", tc.jitted,
+        lambda: tc(s1, m1, j1, **hp), lambda: tc(s2, m2, j2, **hp),
+        lambda: tc(s2, m2, j2, gamma=0.8, hindsight_weight=0.5), "gamma, hindsight_weight"))
+    h1, h2 = credax.groups(j1), credax.groups(j2)
+    out.append(measure_compile(
+        env, "tcpo_advantages (Groups)", tc.jitted,
+        lambda: tc(s1, m1, h1, **hp), lambda: tc(s2, m2, h2, **hp),
+        lambda: tc(s2, m2, h2, gamma=0.8, hindsight_weight=0.5), "gamma, hindsight_weight"))
 
     b, t = shapes["tokens"]
     k = shapes["num_turns"]
@@ -718,40 +698,34 @@ def case_compile(env: Env, cfg: Config) -> list[dict]:
     (m1, tt1), (m2, tt2) = tok
     v1 = put(rng.standard_normal((b, k)).astype(np.float32))
     v2 = put(rng.standard_normal((b, k)).astype(np.float32))
-    if hasattr(credax, "triage_advantages"):
-        a1, a2 = (put(rng.standard_normal(b).astype(np.float32)) for _ in range(2))
-        ro1, ro2 = (put(rng.integers(-1, 4, size=(b, k)).astype(np.int32)) for _ in range(2))
-        out.append(measure_compile(
-            env, "triage_advantages", credax.triage_advantages.jitted,
-            lambda: credax.triage_advantages(a1, ro1, put(m1), lam=0.2),
-            lambda: credax.triage_advantages(a2, ro2, put(m2), lam=0.2),
-            lambda: credax.triage_advantages(a2, ro2, put(m2), lam=0.4), "lam"))
-    else:
-        print("  SKIP triage_advantages: not available")
+    a1, a2 = (put(rng.standard_normal(b).astype(np.float32)) for _ in range(2))
+    ro1, ro2 = (put(rng.integers(-1, 4, size=(b, k)).astype(np.int32)) for _ in range(2))
+    out.append(measure_compile(
+        env, "triage_advantages", credax.triage_advantages.jitted,
+        lambda: credax.triage_advantages(a1, ro1, put(m1), lam=0.2),
+        lambda: credax.triage_advantages(a2, ro2, put(m2), lam=0.2),
+        lambda: credax.triage_advantages(a2, ro2, put(m2), lam=0.4), "lam"))
     tt1j, tt2j = put(tt1), put(tt2)
     out.append(measure_compile(
         env, "broadcast_to_tokens", credax.broadcast_to_tokens.jitted,
         lambda: credax.broadcast_to_tokens(v1, tt1j), lambda: credax.broadcast_to_tokens(v2, tt2j)))
 
-    if hasattr(credax, "policy_loss") and "token_turn" in inspect.signature(credax.policy_loss).parameters:
-        lp1, lp2 = (put((-rng.random((b, t)) * 3).astype(np.float32)) for _ in range(2))
-        od1, od2 = (put((-rng.random((b, t)) * 3).astype(np.float32)) for _ in range(2))
-        mk1, mk2 = put(tt1 >= 0), put(tt2 >= 0)
-        ta1 = put(rng.standard_normal((b, t)).astype(np.float32))
-        ta2 = put(rng.standard_normal((b, t)).astype(np.float32))
-        pl = credax.policy_loss
-        out.append(measure_compile(
-            env, "policy_loss ([B,T] advantages)", pl.jitted,
-            lambda: pl(lp1, od1, ta1, mk1, clip_low=0.2),
-            lambda: pl(lp2, od2, ta2, mk2, clip_low=0.2),
-            lambda: pl(lp2, od2, ta2, mk2, clip_low=0.1), "clip_low"))
-        out.append(measure_compile(
-            env, "policy_loss ([B,K] + token_turn)", pl.jitted,
-            lambda: pl(lp1, od1, v1, mk1, token_turn=tt1j, clip_low=0.2),
-            lambda: pl(lp2, od2, v2, mk2, token_turn=tt2j, clip_low=0.2),
-            lambda: pl(lp2, od2, v2, mk2, token_turn=tt2j, clip_low=0.1), "clip_low"))
-    else:
-        print("  SKIP policy_loss: not available")
+    lp1, lp2 = (put((-rng.random((b, t)) * 3).astype(np.float32)) for _ in range(2))
+    od1, od2 = (put((-rng.random((b, t)) * 3).astype(np.float32)) for _ in range(2))
+    mk1, mk2 = put(tt1 >= 0), put(tt2 >= 0)
+    ta1 = put(rng.standard_normal((b, t)).astype(np.float32))
+    ta2 = put(rng.standard_normal((b, t)).astype(np.float32))
+    pl = credax.policy_loss
+    out.append(measure_compile(
+        env, "policy_loss ([B,T] advantages)", pl.jitted,
+        lambda: pl(lp1, od1, ta1, mk1, clip_low=0.2),
+        lambda: pl(lp2, od2, ta2, mk2, clip_low=0.2),
+        lambda: pl(lp2, od2, ta2, mk2, clip_low=0.1), "clip_low"))
+    out.append(measure_compile(
+        env, "policy_loss ([B,K] + token_turn)", pl.jitted,
+        lambda: pl(lp1, od1, v1, mk1, token_turn=tt1j, clip_low=0.2),
+        lambda: pl(lp2, od2, v2, mk2, token_turn=tt2j, clip_low=0.2),
+        lambda: pl(lp2, od2, v2, mk2, token_turn=tt2j, clip_low=0.1), "clip_low"))
     return out
 
 

@@ -29,7 +29,10 @@ SPEC_NAMES = {
     "token_logprobs", "token_logprobs_from_hidden", "kl_divergence", "aggregate", "policy_loss",
     "PolicyLoss", "nnx",
 }
-ADDITIONS = {"PolicyMetrics"}  # the metrics NamedTuple of PolicyLoss
+ADDITIONS = {
+    "PolicyMetrics",  # the metrics NamedTuple of PolicyLoss
+    "Normalization",  # issue 12: the one normalisation options object
+}
 # Issue 15's estimators (documented in docs/guides/estimators.md), listed by hand from the issue.
 ESTIMATORS = {
     # value-based credit

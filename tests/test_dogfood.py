@@ -7,6 +7,7 @@ is a centred, group-normalised quantity. Adapters are module-level functions, so
 on one function share its compilations (credax.testing caches the jit on (fn, adapter)).
 """
 
+import jax.numpy as jnp
 import pytest
 
 import credax
@@ -49,9 +50,57 @@ def _gigpo(fn):  # roles double as small categorical anchor ids: many shared anc
     return lambda b: fn(b.rewards, b.scores, b.roles, b.turn_mask, b.group_ids)
 
 
+def _hgpo(fn):  # the GiGPO batch; the advantages are the main output
+    return lambda b: fn(b.rewards, b.scores, b.roles, b.turn_mask, b.group_ids).advantages
+
+
+def _peer_mean(fn):
+    return lambda b: fn(b.scores, b.group_ids, b.turn_mask).mean
+
+
+def _gdpo(fn):  # two components: the outcome and its square (both constant within a group)
+    def call(b):
+        # The square is taken on valid rows only (a product with padding garbage would put NaN
+        # into the adapter's own gradient); padded rows keep their garbage in both columns.
+        valid = jnp.where(b.row_mask, b.rewards, jnp.zeros_like(b.rewards))
+        square = jnp.where(b.row_mask, valid * valid, b.rewards)
+        return fn(jnp.stack([b.rewards, square], axis=1), b.group_ids, b.row_mask,
+                  weights=jnp.array([1.0, 0.5]))
+
+    return call
+
+
+def _credit_of(fn):  # retrospective credit: the main field of the NamedTuple
+    return lambda b: fn(b.scores, b.turn_mask).credit
+
+
+def _grouped_credit_of(fn):  # hindsight credit
+    return lambda b: fn(b.scores, b.turn_mask, b.group_ids).credit
+
+
+def _roles(fn):
+    return lambda b: fn(b.roles, b.turn_mask)
+
+
+def _process(fn):  # the scores double as per-turn judge scores
+    return lambda b: fn(credax.grpo_advantages(b.rewards, b.group_ids, b.row_mask), b.scores,
+                        b.turn_mask, lam=0.5)
+
+
+def _gae(fn):  # scores as rewards, half of them as values: a row-wise recursion
+    return lambda b: fn(b.scores, 0.5 * b.scores, b.turn_mask, gamma=0.9, lam=0.95).advantages
+
+
+def _kl(fn):
+    return lambda b: fn(b.scores, 0.5 * b.scores, mask=b.turn_mask)
+
+
 COMMON = ("padding_invariance", "permutation_equivariance", "group_isolation", "masked_zero",
           "finite_gradients", "jit_matches_eager")
 CENTRED = COMMON + ("group_zero_mean",)
+NO_GRAD = tuple(c for c in COMMON if c != "finite_gradients")  # boolean outputs
+# Shrinkage pulls every group toward the across-prompt mean: not group-isolated, by design.
+POOLED = tuple(c for c in COMMON if c != "group_isolation")
 
 # name in credax, adapter, checks
 SPECS = [
@@ -65,15 +114,31 @@ SPECS = [
     ("triage_advantages", _triage, COMMON),
     ("mt_grpo_advantages", _mt_grpo, COMMON),
     ("gigpo_advantages", _gigpo, COMMON),
+    ("hgpo_advantages", _hgpo, COMMON),
+    ("group_mean", _per_turn_groups, COMMON),
+    ("peer_mean", _peer_mean, COMMON),
+    ("gdpo_advantages", _gdpo, CENTRED),
+    ("degenerate_groups", _outcome, NO_GRAD),
+    ("shrinkage_advantages", _outcome, POOLED),
+    ("retrospective_credit", _credit_of, COMMON),
+    ("hindsight_credit", _grouped_credit_of, COMMON),
+    ("raw_score_credit", _turns, COMMON),
+    ("adjacent_delta_credit", _turns, COMMON),
+    ("role_credit", _roles, COMMON),
+    ("scalar_process_advantages", _process, COMMON),
+    ("gae_advantages", _gae, COMMON),
+    ("kl_divergence", _kl, COMMON),
 ]
+# Public array functions not in SPECS, and why (the checkers need [B] or [B, K] outputs of a batch):
+# token-level ([B, T]: broadcast_to_tokens, token_logprobs*, turn_values, turn_gae_advantages),
+# scalars or fits (aggregate, policy_loss, value_loss, fit_role_constants, optimal_mixing_weight,
+# vapo_lambda, discount_weights), windows/labels (judge_windows, parse_roles, the validators), a
+# ranking whose ties break by row index (select_top_surprisal: not permutation-equivariant on ties),
+# alternatives [B, K, M] (counterfactual_credit), turn_surprisal (token log-probs in, tested in
+# test_turns.py), and group_count (integer counts, no float input).
 
 CASES = [
-    pytest.param(
-        name, adapter, check,
-        id=f"{name}-{check}",
-        marks=pytest.mark.skipif(not hasattr(credax, name),
-                                 reason=f"credax.{name} is not implemented yet"),
-    )
+    pytest.param(name, adapter, check, id=f"{name}-{check}")
     for name, adapter, checks in SPECS
     for check in checks
 ]

@@ -107,6 +107,7 @@ def jit_public(
     static_argnames: tuple[str, ...] = (),
     convert: Mapping[str, Callable] | None = None,
     check: Callable[[Mapping], None] | None = None,
+    prepare: Callable[[dict, frozenset], None] | None = None,
 ):
     """Decorator for public functions: ``jax.jit`` with static options, host work before tracing.
 
@@ -118,9 +119,12 @@ def jit_public(
         tables need it; row-wise functions (turn scans, losses) keep their batch sharding.
       check: called with the bound arguments (defaults applied) before anything else; raises on a
         concrete value out of range (see :func:`concrete_float`).
+      prepare: called after ``check`` with the bound arguments (a dict it may rewrite, e.g. fold
+        several keywords into one options object) and the names the caller passed explicitly;
+        the compiled function is then called with the rewritten arguments.
 
     The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation) and
-    ``public_options`` (these three arguments), so a test can rebuild the same entry around an
+    ``public_options`` (these four arguments), so a test can rebuild the same entry around an
     instrumented body, e.g. ``chex.assert_max_traces(fn.__wrapped__, n=1)``.
     """
     convert = dict(convert or {})
@@ -137,10 +141,15 @@ def jit_public(
                 _checks.reject_torch(value, name, fn.__name__)
             for name, value in kwargs.items():
                 _checks.reject_torch(value, name, fn.__name__)
-            if check is not None:
+            if check is not None or prepare is not None:
                 bound = signature.bind(*args, **kwargs)
+                passed = frozenset(bound.arguments)
                 bound.apply_defaults()
-                check(bound.arguments)
+                if check is not None:
+                    check(bound.arguments)
+                if prepare is not None:
+                    prepare(bound.arguments, passed)
+                    args, kwargs = bound.args, bound.kwargs
             if positions:
                 args, kwargs = jax.tree_util.tree_map(replicate_explicit, (args, kwargs))
                 args = list(args)
@@ -153,7 +162,8 @@ def jit_public(
             return jitted(*args, **kwargs)
 
         wrapper.jitted = jitted
-        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check)
+        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check,
+                                      prepare=prepare)
         return wrapper
 
     return decorate

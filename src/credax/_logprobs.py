@@ -88,8 +88,8 @@ def _autodiff_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array, inv_te
     """The same value as :func:`_logprob_core`, differentiated by plain autodiff.
 
     Used on the freshly computed logits of the hidden-state path, where XLA fuses the matmul
-    output with autodiff's softmax gradient better than with the custom VJP (measured: 19% vs 25%
-    of the logits' bytes at the issue's shape); there the logits are finite at masked positions
+    output with autodiff's softmax gradient better than with the custom VJP (fewer temporary bytes;
+    ``benchmarks/memory.py`` measures both); there the logits are finite at masked positions
     (the hidden states are selected to 0 first), so no select is needed in the backward pass.
     """
     del mask
@@ -163,9 +163,9 @@ def token_logprobs(
     Computed in float32 (float64 stays float64) whatever the logits' dtype, without materialising
     a ``[B, T, V]`` log-softmax: the forward pass is a gather and two fused reductions over the
     vocabulary, and a custom VJP writes the gradient ``onehot - softmax`` in one elementwise pass
-    (compiled temporary memory on CPU: under 0.1% of the logits' bytes for float32 logits, forward
-    and backward; bfloat16 logits cost one float32 copy there, as the CPU backend upcasts bfloat16
-    arithmetic). The backward pass still produces the ``[B, T, V]`` gradient of the logits, as it
+    (no ``[B, T, V]`` temporary beyond the gradient itself for float32 logits, forward and
+    backward — ``benchmarks/memory.py`` measures it; bfloat16 logits cost one float32 copy there,
+    as the CPU backend upcasts bfloat16 arithmetic). The backward pass still produces the ``[B, T, V]`` gradient of the logits, as it
     must; to avoid holding logits at all, use :func:`token_logprobs_from_hidden` with a
     ``chunk_size``. Differentiable in reverse mode (``grad``, ``vjp``); forward mode (``jvp``) is
     not supported.

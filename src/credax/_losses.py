@@ -534,7 +534,7 @@ def policy_loss(
     # The metrics need no mask of their own: every input was selected to 0 off the mask above, so
     # at a masked token adv = 0 (no clip side can bind), log_r = 0 (r - 1 = 0, k3 = 0). Plain sums
     # over values that are structurally 0 there fuse into one pass; a select per metric made XLA
-    # materialise a [B, T] temporary each (the forward ran 9x slower than the loss alone on CPU).
+    # materialise a [B, T] temporary each (a much slower forward on CPU; see benchmarks/speed.py).
     def token_mean(x):
         return _checks.safe_div(jnp.sum(x), count, count > 0)
 

@@ -35,8 +35,8 @@ def running_max(x: jax.Array, *, reverse: bool = False) -> jax.Array:
     """Cumulative maximum along the turn axis of ``x[B, K]`` (from the end when ``reverse``).
 
     A ``lax.scan`` over turns rather than ``lax.cummax``: on CPU, XLA lowers ``cummax`` to a
-    K-wide sliding-window reduction, O(K²) per row; the scan is O(K) and measured 5x faster at
-    B=4096, K=16 (benchmarks/speed.py). Results are bit-identical (max is exact).
+    K-wide sliding-window reduction, O(K²) per row; the scan is O(K) (timings: ``make bench``,
+    ``benchmarks/results``). Results are bit-identical (max is exact).
     """
 
     def step(carry, column):
