@@ -42,13 +42,18 @@ ESTIMATORS = {
     "hgpo_advantages", "HGPO",
     # shrinkage baselines
     "shrinkage_baseline", "shrinkage_advantages", "Shrinkage",
+    # entropy
+    "token_entropy", "LogprobsEntropy",
+    # diagnostics
+    "dead_groups", "DeadGroups", "anchor_hit_ratio", "credit_by_turn", "credit_by_role",
+    "CreditSummary",
 }
 
 
 # Issue 16's rollouts plumbing (documented in docs/guides/rollouts.md), listed by hand.
 ROLLOUTS = {
-    "rollouts", "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
-    "RolloutLayout", "readers", "read_rollouts", "write_rollouts", "RolloutFormatError",
+    "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
+    "RolloutLayout", "read_rollouts", "write_rollouts", "RolloutFormatError",
 }
 
 

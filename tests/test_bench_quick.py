@@ -1,6 +1,7 @@
-"""The speed benchmark cannot rot: its quick mode runs here, and its peers match hand-worked cases.
+"""The speed benchmark cannot rot: ``python -m credax.bench --quick`` runs here (a smoke test, not
+a timed test: nothing asserts a speed), and its peers match hand-worked cases.
 
-The quick run goes through a subprocess, exactly as CI and ``make bench`` call it, so the
+The quick run goes through a subprocess, exactly as a user (or ``make bench``) calls it, so the
 benchmark's own jax configuration (platform, thread count) is not mixed with the test suite's.
 """
 
@@ -10,23 +11,22 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks import peers
-from benchmarks.speed import Impl, Runner, make_config, make_token_turn, make_turns
-
-ROOT = Path(__file__).resolve().parents[1]
+from credax.bench import peers
+from credax.bench.cases import make_config, make_token_turn, make_turns
+from credax.bench.harness import Impl, Runner
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.speed", "--quick", "--threads", "1", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "credax.bench", "--quick", "--platform", "cpu", "--threads", "1",
+         "--out", str(out)],
+        cwd=out, capture_output=True, text=True, timeout=1500,  # an unrelated folder
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     data = json.loads((out / "speed-cpu.json").read_text())
@@ -40,7 +40,7 @@ def test_quick_run_writes_json_table_and_plot(quick_run):
     assert "GRPO advantages" in md and "Targets" in md
     assert "ratio credax_groups/torch_vectorized" in stdout or not data["meta"]["machine"]["torch"]
     meta = data["meta"]
-    assert meta["quick"] is True and meta["device"] == "cpu" and meta["threads"] == 1
+    assert meta["preset"] == "quick" and meta["device"] == "cpu" and meta["threads"] == 1
     machine = meta["machine"]
     assert machine["nproc"] >= 1 and machine["cpu_model"] and machine["jax"]
     assert data["failures"] == []
@@ -68,21 +68,55 @@ def test_every_timed_implementation_was_checked_first(quick_run):
             assert ratio["median"] > 0 and ratio["min"] <= ratio["median"] <= ratio["max"]
 
 
-def test_quick_run_covers_compile_and_targets(quick_run):
+def test_quick_run_covers_every_entry_point(quick_run):
     _, data, _ = quick_run
-    names = [r["fn"] for r in data["compile"]]
-    assert "grpo_advantages (Groups)" in names and "broadcast_to_tokens" in names
-    for r in data["compile"]:
-        assert r["compile_total_s"] > 0 and r["cache_size_after_first"] >= 1
+    import credax
+
+    names = [r["fn"] for r in data["sweep"]]
+    public = {n for n in credax.__all__ if callable(getattr(credax, n))
+              and not isinstance(getattr(credax, n), type)}
+    covered = {n.split(" (")[0] for n in names} | set(data["not_timed"])
+    assert public <= covered, f"add a sweep entry in credax/bench/cases.py for {public - covered}"
+    for r in data["sweep"]:
         assert isinstance(r["recompiled"], bool)
         assert r["compiles_on_second_call"] == 0, r
+        assert r["bytes_moved"] > 0 and r["steady_median_s"] > 0
+        if r["cache_size_after_first"] is not None:
+            assert r["compile_total_s"] > 0 and r["cache_size_after_first"] >= 1
+    tcpo = next(r for r in data["sweep"] if r["fn"] == "tcpo_advantages")
+    assert tcpo["compiles_on_changed_hyperparameter"] == 0
+    assert tcpo["compiled"]["output_size_in_bytes"] > 0
+    cb = data["copy_bandwidth"]
+    assert cb["bytes_per_s"] > 0 and cb["bytes_moved"] == 2 * cb["mib"] * 2**20
+    for rec in data["cases"]:
+        for r in rec["results"].values():
+            if "bytes_moved" in r:
+                assert r["roofline_fraction"] == pytest.approx(
+                    r["bytes_moved"] / r["median_s"] / cb["bytes_per_s"])
     assert {t["target"] for t in data["targets"]} >= {
         "compile of tcpo_advantages (trace + lower + XLA), seconds",
     }
 
 
+def test_import_credax_does_not_import_the_benchmark():
+    code = "import sys, credax; assert 'credax.bench' not in sys.modules; print('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
+
+
+def test_bench_cli_rejects_bad_arguments():
+    for bad in (["--reps", "3"], ["--only", "nope"]):
+        proc = subprocess.run([sys.executable, "-m", "credax.bench", *bad], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2 and "error" in proc.stderr, proc.stderr
+    # `make bench-gpu` on a machine without a GPU stops before timing anything
+    proc = subprocess.run([sys.executable, "-m", "credax.bench", "--platform", "cpu", "--require",
+                           "gpu"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--require gpu" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_runner_does_not_time_a_wrong_implementation():
-    cfg = make_config(quick=True, device="cpu", reps=7)
+    cfg = make_config("quick", "cpu", reps=7)
     runner = Runner(cfg)
     reference = np.arange(4.0)
     impls = [
@@ -148,10 +182,10 @@ def test_token_turn_generator_is_consistent():
         assert np.all(token_turn[b, : 200 // 8] == -1)  # the prompt gets no credit
 
 
-torch = peers.torch
+torch = peers.load_torch()
 
 
-@pytest.mark.skipif(not peers.HAVE_TORCH, reason="torch (the bench extra) is not installed")
+@pytest.mark.skipif(torch is None, reason="torch (the bench extra) is not installed")
 def test_torch_peers_match_references():
     rng = np.random.default_rng(3)
     ids = np.repeat(np.array([11, -4, 7, 2**20]), 4)

@@ -1,4 +1,4 @@
-"""credax.readers: credax's JSONL schema and verl's rollout dump (issue 16 §3)."""
+"""credax._readers: credax's JSONL schema and verl's rollout dump (issue 16 §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""credax.rollouts: ragged rollouts → padded, bucketed arrays and back (issue 16 §1).
+"""credax._rollouts: ragged rollouts → padded, bucketed arrays and back (issue 16 §1).
 
 Ground truth: a hand-laid-out batch (derivation in the comments), the unpadded batch for every
 padding-invariance check (the same credax function on exact shapes), and trace counters for the

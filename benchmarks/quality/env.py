@@ -64,6 +64,41 @@ class Task:
         # answer and revealed target, one-hot over V+1 (blank) per position; turn index; score.
         return 2 * self.length * (self.alphabet + 1) + self.turns + 1
 
+    # --- the task interface the rollout, the ground truth and the methods use -----------------
+    # (``refine.RefineTask`` implements the same methods for the verifier-guided refinement task.)
+
+    name = "probe"
+    label = "probe/write (information gathering)"
+    slots = 3  # tokens per action: type, position, value
+    turn_cost = 0.0  # the return is the final score
+
+    def reset(self, target):
+        return reset(self, target)
+
+    def observe(self, state):
+        return observe(self, state)
+
+    def step(self, state, tokens):
+        """Apply action tokens ``int32[..., 3]`` (type, position, value in the shared vocabulary)."""
+        return step(self, state, tokens[..., 0], tokens[..., 1] - self.pos_offset,
+                    tokens[..., 2] - self.val_offset)
+
+    def anchor(self, state):
+        return anchor_hash(state)
+
+    def token_valid(self, tokens):
+        """``bool[..., 3]``: stop uses the type token only, probe type + position, write all three."""
+        kind = tokens[..., 0]
+        return jnp.stack([jnp.ones_like(kind, bool), kind != STOP, kind == WRITE], axis=-1)
+
+    def split_targets(self):
+        return split_targets(self)
+
+    def policy(self, hidden: int, *, rngs):
+        from .policy import Policy
+
+        return Policy(self, hidden, rngs=rngs)
+
 
 class State(NamedTuple):
     """Environment state of a batch of episodes (leading axes ``[...]``)."""

@@ -7,7 +7,8 @@ loss to every method. Per-method settings are the papers' or SPEC's defaults, wr
 each method; nothing was tuned per method.
 
 Shared definitions:
-- outcome = the verifier score after the last real turn (a partial answer earns partial credit);
+- outcome = the episode return: the verifier score after the last real turn (a partial answer
+  earns partial credit) minus the task's per-turn cost (0 on the probe task, see ``refine.py``);
 - score change (MT-GRPO's turn reward, GiGPO's step reward) = ``s_k - s_{k-1}`` with ``s_{-1} = 0``
   (credax.adjacent_delta_credit);
 - roles come from a judge in ``judges.py``; the oracle is exact.
@@ -24,9 +25,8 @@ import jax.numpy as jnp
 
 import credax
 
-from . import env as E
-from . import judges
-from .policy import Policy, Rollout
+from . import groundtruth, judges
+from .policy import Policy, Rollout, gumbel
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Settings:
 class Context(NamedTuple):
     rollout: Rollout
     groups: credax.Groups  # prompt of each row
-    outcome: jax.Array  # f32[B] final score
+    outcome: jax.Array  # f32[B] episode return (final score - per-turn cost)
     values: jax.Array  # f32[B, K] V(observation) of the rollout policy (stop-gradient)
     token_turn: jax.Array  # i32[B, T] turn of each action token, -1 for unused slots
     model: Policy  # the rollout policy (for counterfactual resampling)
@@ -188,9 +188,9 @@ def counterfactuals(ctx: Context, s: Settings):
     before = jax.tree.map(lambda x: x.reshape(B * K, *x.shape[2:])[at], r.before)
     # M copies of each selected state: [budget, M, ...].
     rep = jax.tree.map(lambda x: jnp.repeat(x[:, None], M, axis=1), before)
-    obs = E.observe(task, rep)
-    kind, pos, val, _, _ = ctx.model.sample(obs, ctx.key)
-    _, info = E.step(task, rep, kind, pos, val)
+    obs = task.observe(rep)
+    tokens, _ = ctx.model.sample(obs, gumbel(task, ctx.key, (budget, M)))
+    _, info = task.step(rep, tokens)
     alt = jnp.zeros((B * K + 1, M), jnp.float32).at[flat].set(info.score, mode="drop")[:-1]
     alt_mask = jnp.zeros((B * K + 1, M), bool).at[flat].set(
         jnp.broadcast_to(used[:, None], (budget, M)), mode="drop"
@@ -205,6 +205,37 @@ def tcpo_full(ctx: Context, s: Settings) -> jax.Array:
     return credax.tcpo_advantages(
         r.scores, r.turn_mask, ctx.groups, alt_scores=alt, alt_mask=alt_mask, selected=selected
     ).advantages
+
+
+# --- controls: the lab checking itself -----------------------------------------------------------
+
+
+def true_advantage(ctx: Context, s: Settings) -> jax.Array:
+    """Control: the ground-truth estimator as the credit (``groundtruth.estimate`` with one pair
+    of common-random-number branches per turn, unbiased and noisy), scaled by its batch RMS so
+    its size is that of a z-scored advantage. In the credit metrics this control's credit is the
+    ``N``-branch ground truth itself (correlation 1 by construction)."""
+    r = ctx.rollout
+    a = groundtruth.per_turn_estimate(ctx.model, r.before, r.tokens, r.turn_mask, ctx.key)
+    n = jnp.maximum(jnp.sum(r.turn_mask.astype(jnp.float32)), 1.0)
+    rms = jnp.sqrt(jnp.sum(jnp.square(a)) / n)
+    return _mask(ctx, a / (rms + 1e-6))
+
+
+def shuffle_valid(x: jax.Array, turn_mask: jax.Array, key: jax.Array) -> jax.Array:
+    """``x`` with its valid entries randomly permuted among the valid positions; ``0`` elsewhere."""
+    flat, valid = x.reshape(-1), turn_mask.reshape(-1)
+    n = flat.shape[0]
+    order = jnp.argsort(jnp.where(valid, jax.random.uniform(key, (n,)), 2.0))  # valid, random order
+    slots = jnp.argsort(jnp.where(valid, jnp.arange(n), n + jnp.arange(n)))  # valid positions first
+    out = jnp.zeros_like(flat).at[slots].set(jnp.where(valid[order], flat[order], 0.0))
+    return jnp.where(valid, out, 0.0).reshape(x.shape)
+
+
+def shuffled(ctx: Context, s: Settings) -> jax.Array:
+    """Control: GRPO's per-turn advantages permuted over the valid turns of the batch (the same
+    values, no relation to the turns they land on: correlation with A* ≈ 0)."""
+    return shuffle_valid(grpo(ctx, s), ctx.rollout.turn_mask, jax.random.fold_in(ctx.key, 7))
 
 
 METHODS: dict[str, Method] = {
@@ -224,5 +255,53 @@ METHODS: dict[str, Method] = {
         Method("tcpo_retro", "TCPO retrospective", tcpo_retrospective),
         Method("tcpo_hindsight", "TCPO + hindsight", tcpo_hindsight),
         Method("tcpo_full", "TCPO full (+counterfactual)", tcpo_full),
+        Method("true_adv", "control: true advantage", true_advantage),
+        Method("shuffled", "control: shuffled GRPO credit", shuffled),
     ]
 }
+
+
+# --- TCPO investigation: SPEC readings switched, and TCPO's parts as credits of their own -------
+
+
+def _tcpo_with(**switch):
+    def credit(ctx: Context, s: Settings) -> jax.Array:
+        r = ctx.rollout
+        return credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups, **switch).advantages
+
+    credit.__doc__ = f"TCPO + hindsight with {switch}."
+    return credit
+
+
+def _tcpo_part(part):
+    def credit(ctx: Context, s: Settings) -> jax.Array:
+        r = ctx.rollout
+        out = credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups, normalize=False)
+        x = {"retrospective": out.retrospective.credit, "hindsight": out.hindsight.credit,
+             "raw": out.credit}[part]
+        return _mask(ctx, x)
+
+    credit.__doc__ = f"TCPO's {part} credit, before the per-(prompt, turn) z-score."
+    return credit
+
+
+# Trainable, not in the default demo (``--methods``): TCPO + hindsight with one switch changed.
+VARIANTS: dict[str, Method] = {
+    m.name: m
+    for m in [
+        Method("tcpo_unnormalized", "TCPO + hindsight, normalize=False", _tcpo_with(normalize=False)),
+        Method("tcpo_no_preserve", "TCPO + hindsight, preservation_weight=0",
+               _tcpo_with(preservation_weight=0.0)),
+    ]
+}
+
+# Measured by the lab only (never trained): TCPO's parts, and the variants above
+# (``tcpo_unnormalized`` equals R + H before the z-score: with γ = 1 that is all normalize does).
+DIAGNOSTICS: tuple[Method, ...] = (
+    Method("tcpo_part_retro", "TCPO part: retrospective R (raw)", _tcpo_part("retrospective")),
+    Method("tcpo_part_hindsight", "TCPO part: hindsight H (raw)", _tcpo_part("hindsight")),
+    Method("tcpo_part_raw", "TCPO part: R + H before the z-score", _tcpo_part("raw")),
+    *VARIANTS.values(),
+    Method("grpo_plus_tcpo", "diagnostic: GRPO + TCPO-hindsight advantage",
+           lambda ctx, s: grpo(ctx, s) + tcpo_hindsight(ctx, s)),
+)

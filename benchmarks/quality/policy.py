@@ -104,73 +104,101 @@ class Policy(nnx.Module):
             self.type_logits(h), self.pos_logits(h, kind), self.val_logits(h, obs, kind, pos)
         )
 
-    def sample(self, obs: jax.Array, key: jax.Array):
-        """Decode one action per row: ``(kind, pos, val, tokens int32[..., 3], logp f32[..., 3])``.
+    def sample(self, obs: jax.Array, noise: jax.Array):
+        """Decode one action per row from Gumbel noise ``f32[..., 3, vocab]``.
 
-        All three slots are always decoded (fixed shapes); ``token_valid`` says which of them the
-        action actually uses, and only those carry credit.
+        ``argmax(logits + Gumbel)`` is a categorical draw (what ``jax.random.categorical`` does);
+        taking the noise as an argument lets the ground-truth estimator give two branches the
+        same randomness (common random numbers). Returns ``(tokens int32[..., 3], logp f32[..., 3])``.
+        All three slots are always decoded (fixed shapes); ``task.token_valid`` says which of them
+        the action actually uses, and only those carry credit.
         """
         t = self.task
-        k1, k2, k3 = jax.random.split(key, 3)
+        L, V = t.length, t.alphabet
         h = self.trunk(obs)
         lg0 = self.type_logits(h)
-        kind = jax.random.categorical(k1, lg0).astype(jnp.int32)
+        kind = jnp.argmax(lg0 + noise[..., 0, : E.NUM_TYPES], axis=-1).astype(jnp.int32)
         lg1 = self.pos_logits(h, kind)
-        pos = jax.random.categorical(k2, lg1).astype(jnp.int32)
+        pos = jnp.argmax(lg1 + noise[..., 1, :L], axis=-1).astype(jnp.int32)
         lg2 = self.val_logits(h, obs, kind, pos)
-        val = jax.random.categorical(k3, lg2).astype(jnp.int32)
+        val = jnp.argmax(lg2 + noise[..., 2, :V], axis=-1).astype(jnp.int32)
         tokens = jnp.stack([kind, pos + t.pos_offset, val + t.val_offset], axis=-1)
         logp = jnp.stack(
-            [_pick_logp(lg0, kind), _pick_logp(lg1, pos), _pick_logp(lg2, val)], axis=-1
+            [pick_logp(lg0, kind), pick_logp(lg1, pos), pick_logp(lg2, val)], axis=-1
         )
-        return kind, pos, val, tokens, logp
+        return tokens, logp
 
 
-def _pick_logp(logits, idx):
+def pick_logp(logits, idx):
     return jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), idx[..., None], axis=-1)[..., 0]
 
 
-def token_valid(tokens: jax.Array) -> jax.Array:
-    """``bool[..., 3]``: stop uses the type token only, probe type + position, write all three."""
-    kind = tokens[..., 0]
-    return jnp.stack([jnp.ones_like(kind, bool), kind != E.STOP, kind == E.WRITE], axis=-1)
+def gumbel(task, key: jax.Array, batch: tuple[int, ...]) -> jax.Array:
+    """Sampling noise of one turn for a batch of rows, ``f32[*batch, slots, vocab]``."""
+    return jax.random.gumbel(key, (*batch, task.slots, task.vocab), jnp.float32)
 
 
 class Rollout(NamedTuple):
     """One batch of episodes, turn-major arrays ``[B, K, ...]``."""
 
     obs: jax.Array  # f32[B, K, D] observation before each turn
-    tokens: jax.Array  # i32[B, K, 3]
-    logp: jax.Array  # f32[B, K, 3] log-prob of each sampled token under the rollout policy
-    token_mask: jax.Array  # bool[B, K, 3] token used by a real turn
+    tokens: jax.Array  # i32[B, K, S] (S = task.slots)
+    logp: jax.Array  # f32[B, K, S] log-prob of each sampled token under the rollout policy
+    token_mask: jax.Array  # bool[B, K, S] token used by a real turn
     turn_mask: jax.Array  # bool[B, K]
     scores: jax.Array  # f32[B, K] verifier score after each turn
     roles: jax.Array  # i32[B, K] oracle role (garbage at padded turns; masked everywhere)
     anchors: jax.Array  # i32[B, K] hash of the observation before the turn (GiGPO)
-    before: E.State  # environment state before each turn, fields [B, K, ...]
+    before: NamedTuple  # environment state before each turn, fields [B, K, ...]
 
 
-def rollout(model: Policy, targets: jax.Array, key: jax.Array) -> Rollout:
-    """Play ``K`` turns for every target row with ``lax.scan`` over turns."""
+def play(model, state0, noise_fn, forced: jax.Array | None = None, *, collect: bool = True):
+    """Play ``K`` turns from ``state0`` (any turn; finished episodes stay inert) with ``lax.scan``.
+
+    ``noise_fn(t)`` gives the Gumbel noise of scan step ``t``. ``forced`` (``int32[..., S]``), if
+    given, replaces the first action's tokens where ``forced[..., 0] >= 0`` (the ground truth's
+    "continue after the logged action" branch). Returns ``(Rollout, final state)``;
+    ``collect=False`` keeps only the final state (``(None, final)``: no per-turn arrays, for the
+    ground truth's many branches).
+    """
     task = model.task
-    state0 = E.reset(task, targets)
 
-    def turn(state, k):
-        obs = E.observe(task, state)
-        kind, pos, val, tokens, logp = model.sample(obs, k)
-        nxt, info = E.step(task, state, kind, pos, val)
-        mask = token_valid(tokens) & info.valid[..., None]
-        out = (obs, tokens, logp, mask, info.valid, info.score, info.role, E.anchor_hash(state), state)
+    def turn(state, t):
+        obs = task.observe(state)
+        tokens, logp = model.sample(obs, noise_fn(t))
+        if forced is not None:
+            use = (t == 0) & (forced[..., :1] >= 0)
+            tokens = jnp.where(use, forced, tokens)
+        nxt, info = task.step(state, tokens)
+        if not collect:
+            return nxt, None
+        mask = task.token_valid(tokens) & info.valid[..., None]
+        out = (obs, tokens, logp, mask, info.valid, info.score, info.role, task.anchor(state), state)
         return nxt, out
 
+    final, outs = jax.lax.scan(turn, state0, jnp.arange(task.turns))
+    if not collect:
+        return None, final
+    swap = lambda x: jnp.moveaxis(x, 0, state0.turn.ndim)  # [K, ..., x] -> [..., K, x]
+    return Rollout(*jax.tree.map(swap, outs)), final
+
+
+def rollout(model, targets: jax.Array, key: jax.Array) -> Rollout:
+    """Play ``K`` turns for every target row from the reset state."""
+    task = model.task
     keys = jax.random.split(key, task.turns)
-    _, outs = jax.lax.scan(turn, state0, keys)
-    swap = lambda x: jnp.swapaxes(x, 0, 1)  # [K, B, ...] -> [B, K, ...]
-    obs, tokens, logp, mask, valid, score, role, anchor, before = jax.tree.map(swap, outs)
-    return Rollout(obs, tokens, logp, mask, valid, score, role, anchor, before)
+    r, _ = play(model, task.reset(targets), lambda t: gumbel(task, keys[t], targets.shape[:-1]))
+    return r
 
 
 def final_score(r: Rollout) -> jax.Array:
     """Score after the last real turn, ``f32[B]`` (every episode has at least one turn)."""
     last = jnp.sum(r.turn_mask.astype(jnp.int32), axis=1) - 1
     return jnp.take_along_axis(r.scores, last[:, None], axis=1)[:, 0]
+
+
+def episode_return(task, r: Rollout) -> jax.Array:
+    """The return every method is trained on and the ground truth is about, ``f32[B]``:
+    the final score minus ``task.turn_cost`` per turn taken (no cost on the probe task)."""
+    turns = jnp.sum(r.turn_mask.astype(jnp.float32), axis=1)
+    return final_score(r) - jnp.float32(task.turn_cost) * turns

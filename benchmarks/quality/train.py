@@ -22,15 +22,16 @@ from flax import nnx
 import credax
 
 from . import env as E
-from .methods import Context, Method, Settings
-from .policy import SLOTS, Policy, Rollout, final_score, rollout
+from .lab import credit_eval
+from .methods import DIAGNOSTICS, Context, Method, Settings
+from .policy import Policy, Rollout, episode_return, final_score, rollout
 
 
 @dataclass(frozen=True)
 class Config:
     """Everything that defines a run. Shared by every method; fixed before any comparison."""
 
-    task: E.Task = E.Task()
+    task: E.Task = E.Task()  # or refine.RefineTask()
     group: int = 8  # G rollouts per prompt
     prompts: int = 16  # prompts per training step (B = prompts * group)
     hidden: int = 128  # trunk width
@@ -42,6 +43,9 @@ class Config:
     clip: float = 0.2
     eval_every: int = 20
     eval_repeats: int = 2  # episodes per held-out target at each evaluation
+    checkpoints: tuple[int, ...] = (0, 100, 200)  # steps at which the credit lab measures credit
+    lab_pairs: int = 128  # (trajectory, turn) pairs per checkpoint batch with a ground truth
+    lab_branches: int = 32  # N: branch pairs per ground-truth estimate
     settings: Settings = field(default_factory=Settings)
 
 
@@ -49,6 +53,7 @@ class Metrics(NamedTuple):
     """Per-seed evaluation metrics (each ``f32[S]`` under the seed vmap)."""
 
     success: jax.Array  # final score == 1
+    ret: jax.Array  # episode return (final score - per-turn cost): what every method maximises
     final_score: jax.Array
     best_turn: jax.Array  # best score over the episode's turns
     turns_to_success: jax.Array  # mean first-success turn (1-based) over episodes that succeed
@@ -56,13 +61,17 @@ class Metrics(NamedTuple):
     length: jax.Array  # mean number of turns taken
     probes: jax.Array  # turns per episode that revealed a new symbol (exploration)
     regressions: jax.Array  # turns per episode that lowered the score
+    broke_solved: jax.Array  # of the episodes that reached success: fraction that regressed after
 
 
 def evaluate(model: Policy, targets: jax.Array, key: jax.Array, repeats: int) -> Metrics:
     t = jnp.repeat(targets, repeats, axis=0)
     r = rollout(model, t, key)
     final = final_score(r)
+    ret = episode_return(model.task, r)
     solved = r.turn_mask & (r.scores >= 1.0)
+    after = jnp.cumsum(solved.astype(jnp.int32), axis=1) > 0  # at or after the first success
+    broke = jnp.any(after & r.turn_mask & (r.roles == E.REGRESSION), axis=1)
     reached = jnp.any(solved, axis=1)
     first = jnp.argmax(solved, axis=1).astype(jnp.float32) + 1.0
     n_reached = jnp.sum(reached.astype(jnp.float32))
@@ -75,6 +84,7 @@ def evaluate(model: Policy, targets: jax.Array, key: jax.Array, repeats: int) ->
     f32 = lambda x: jnp.mean(x.astype(jnp.float32))
     return Metrics(
         success=f32(final >= 1.0),
+        ret=f32(ret),
         final_score=f32(final),
         best_turn=f32(best),
         turns_to_success=tts,
@@ -82,6 +92,10 @@ def evaluate(model: Policy, targets: jax.Array, key: jax.Array, repeats: int) ->
         length=f32(jnp.sum(r.turn_mask, axis=1)),
         probes=f32(jnp.sum(r.turn_mask & (r.roles == E.EXPLORATION), axis=1)),
         regressions=f32(jnp.sum(r.turn_mask & (r.roles == E.REGRESSION), axis=1)),
+        broke_solved=jnp.where(
+            n_reached > 0, jnp.sum((reached & broke).astype(jnp.float32)) / jnp.maximum(n_reached, 1.0),
+            jnp.nan,
+        ),
     )
 
 
@@ -90,7 +104,7 @@ class Batch(NamedTuple):
 
     policy: credax.nnx.PolicyBatch  # tokens [B, 1 + 3K] (BOS + action tokens), per-turn credit
     obs: jax.Array  # f32[B, K, D] observations (the model's side input, like an encoder's)
-    outcome: jax.Array  # f32[B] final score (value-head target)
+    outcome: jax.Array  # f32[B] episode return (value-head target)
     turn_mask: jax.Array  # bool[B, K]
 
 
@@ -119,7 +133,7 @@ def _apply(obs):
 
     def apply(model: Policy, tokens: jax.Array) -> jax.Array:
         B = tokens.shape[0]
-        actions = tokens[:, 1:].reshape(B, -1, SLOTS)
+        actions = tokens[:, 1:].reshape(B, -1, model.task.slots)
         logits = model(obs, actions)  # [B, K, 3, vocab], slot logits of each action token
         logits = logits.reshape(B, -1, logits.shape[-1])
         # The last position predicts nothing; credax never reads it.
@@ -155,14 +169,13 @@ def make_optimizer(cfg: Config) -> optax.GradientTransformation:
 
 
 def init(cfg: Config, key: jax.Array):
-    model = Policy(cfg.task, cfg.hidden, rngs=nnx.Rngs(params=key))
+    model = cfg.task.policy(cfg.hidden, rngs=nnx.Rngs(params=key))
     opt = nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)
     return nnx.split((model, opt))
 
 
-def train_step(graphdef, state, key, pool, index, methods: tuple[Method, ...], cfg: Config):
-    """One training step of method ``methods[index]`` (``index`` traced: one program for all)."""
-    model, opt = nnx.merge(graphdef, state)
+def make_context(model: Policy, key: jax.Array, pool: jax.Array, cfg: Config) -> Context:
+    """Sample ``prompts`` training targets, roll out ``group`` episodes each: one batch."""
     task = cfg.task
     k_targets, k_roll, k_credit = jax.random.split(key, 3)
     prompt_targets = E.sample_train_targets(task, k_targets, cfg.prompts, pool)
@@ -172,18 +185,26 @@ def train_step(graphdef, state, key, pool, index, methods: tuple[Method, ...], c
     )
     r: Rollout = rollout(model, targets, k_roll)
     B, K = r.scores.shape
-    outcome = final_score(r)
+    outcome = episode_return(task, r)
     values = jax.lax.stop_gradient(model.value(r.obs))
     turn_index = jnp.arange(K, dtype=jnp.int32)[None, :, None]
     token_turn = jnp.where(r.token_mask, turn_index, -1).reshape(B, -1)
-    ctx = Context(r, group_ids, outcome, values, token_turn, model, k_credit)
+    return Context(r, group_ids, outcome, values, token_turn, model, k_credit)
+
+
+def train_step(graphdef, state, key, pool, index, methods: tuple[Method, ...], cfg: Config):
+    """One training step of method ``methods[index]`` (``index`` traced: one program for all)."""
+    model, opt = nnx.merge(graphdef, state)
+    ctx = make_context(model, key, pool, cfg)
+    r, outcome, token_turn = ctx.rollout, ctx.outcome, ctx.token_turn
+    B, K = r.scores.shape
     # Only the selected branch runs (the index is not batched by the seed vmap).
     branches = [lambda m=m: m.credit(ctx, cfg.settings) for m in methods]
     adv = jax.lax.stop_gradient(jax.lax.switch(index, branches))
     batch = Batch(to_sequence(r, adv, token_turn), r.obs, outcome, r.turn_mask)
     tokens = jnp.sum(batch.policy.mask.astype(jnp.float32))
     dr_norm = jnp.asarray([m.agg == "seq-mean-token-sum-norm" for m in methods])[index]
-    normalizer = jnp.where(dr_norm, jnp.float32(B * K * SLOTS), tokens)
+    normalizer = jnp.where(dr_norm, jnp.float32(B * K * cfg.task.slots), tokens)
     uses_value = jnp.asarray([m.value_loss for m in methods])[index]
     value_coef = jnp.where(uses_value, jnp.float32(cfg.settings.value_coef), jnp.float32(0.0))
     grad_fn = nnx.value_and_grad(loss_fn, has_aux=True)
@@ -200,8 +221,8 @@ def train_step(graphdef, state, key, pool, index, methods: tuple[Method, ...], c
     role_sum = jnp.sum(jnp.where(is_role, adv[..., None], 0.0), axis=(0, 1))
     info = dict(
         loss=loss,
-        train_score=jnp.mean(outcome),
-        train_success=jnp.mean((outcome >= 1.0).astype(jnp.float32)),
+        train_return=jnp.mean(outcome),
+        train_success=jnp.mean((final_score(r) >= 1.0).astype(jnp.float32)),
         adv_abs=jnp.sum(jnp.abs(adv)) / valid,
         clip_frac=metrics.clip_frac_low + metrics.clip_frac_high,
         role_adv_sum=role_sum,
@@ -211,13 +232,17 @@ def train_step(graphdef, state, key, pool, index, methods: tuple[Method, ...], c
 
 
 class Runner:
-    """The compiled program of one configuration: chunked training of any of ``methods`` and
-    evaluation, vmapped over seeds.
+    """The compiled programs of one configuration (one task): training every method and seed at
+    once, held-out evaluation, and the credit lab's checkpoint evaluation.
 
-    The method is a traced index into ``methods`` (``lax.switch``) and the seeds are traced keys,
-    so the whole benchmark compiles three functions once — init, a chunk of ``eval_every``
-    training steps, evaluation — whatever the number of methods and seeds. On two CPU cores XLA
-    compilation, not training, would otherwise dominate the demo's wall time.
+    Training: the method is a traced index into ``methods`` (a ``lax.switch``) and each
+    (method, seed) pair is one instance of a ``vmap``, so one compiled program trains every
+    method and seed together in ``eval_every``-step chunks (``lax.scan``). Under the vmap every
+    credit branch is computed for every instance and the instance's own is selected — cheap, as
+    the credit math is small next to the rollout and the two optimisation epochs — except for
+    the "true advantage" control, whose per-turn ground-truth branches would cost ``K`` rollouts
+    per step for all instances: it trains in its own program (the index unbatched, only its branch
+    runs). The lab program takes one seed axis and is called once per (method, checkpoint).
     """
 
     def __init__(self, cfg: Config, methods: tuple[Method, ...]):
@@ -225,55 +250,105 @@ class Runner:
         self.train_pool, self.eval_pool = E.split_targets(cfg.task)
         self.graphdef, _ = init(cfg, jax.random.key(0))
         graphdef, methods = self.graphdef, self.methods
+        self.batched = tuple(m for m in methods if m.name != "true_adv")
+        self.solo = tuple(m for m in methods if m.name == "true_adv")
+        # The lab measures every method's credit, then the TCPO diagnostics (never trained).
+        self.measured = methods + tuple(d for d in DIAGNOSTICS if d not in methods)
 
         def init_state(key):
             return init(cfg, key)[1]
 
-        def chunk(state, key, pool, index):
-            def body(s, k):
-                return train_step(graphdef, s, k, pool, index, methods, cfg)
+        def chunk_of(group):
+            def chunk(state, key, pool, index):
+                def body(s, k):
+                    return train_step(graphdef, s, k, pool, index, group, cfg)
 
-            keys = jax.random.split(key, cfg.eval_every)
-            return jax.lax.scan(body, state, keys)
+                keys = jax.random.split(key, cfg.eval_every)
+                return jax.lax.scan(body, state, keys)
+
+            return chunk
 
         def ev(state, key, targets):
             model, _ = nnx.merge(graphdef, state)
             return evaluate(model, targets, key, cfg.eval_repeats)
 
+        def lab(state, key, pool):
+            model, _ = nnx.merge(graphdef, state)
+            k_ctx, k_lab = jax.random.split(key)
+            ctx = make_context(model, k_ctx, pool, cfg)
+            return credit_eval(model, ctx, self.measured, cfg.settings, pairs=cfg.lab_pairs,
+                               branches=cfg.lab_branches, key=k_lab)
+
         self.init_state = jax.jit(jax.vmap(init_state))
-        self.chunk = jax.jit(jax.vmap(chunk, in_axes=(0, 0, None, None)))
+        self.chunk = jax.jit(jax.vmap(chunk_of(self.batched), in_axes=(0, 0, None, 0)))
+        self.chunk_solo = jax.jit(jax.vmap(chunk_of(self.solo), in_axes=(0, 0, None, None)))
         self.evaluate = jax.jit(jax.vmap(ev, in_axes=(0, 0, None)))
+        self.lab = jax.jit(jax.vmap(lab, in_axes=(0, 0, None)))
 
-    def run(self, method: str | int, seeds, log=None, *, steps: int | None = None):
-        """Train every seed with one method; return ``(final Metrics, [(step, Metrics)], info)``.
+    def run(self, seeds, log=None, *, steps: int | None = None) -> dict:
+        """Train every method on every seed; return ``{method name: Run}``.
 
-        The same seed gives every method the same initial parameters, the same training prompts
-        and the same evaluation keys (common random numbers: differences between methods are not
-        differences in luck of the draw of targets).
+        The same seed gives every method the same initial parameters, the same training prompts,
+        the same evaluation keys and the same lab keys (common random numbers: differences
+        between methods are not differences in the luck of the draw). ``log(stage, step, total,
+        {name: Metrics})`` is called after every chunk.
         """
         cfg = self.cfg
-        index = method if isinstance(method, int) else [m.name for m in self.methods].index(method)
+        S = len(seeds)
         keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, dtype=jnp.uint32))
         fold = lambda ks, i: jax.vmap(lambda k: jax.random.fold_in(k, i))(ks)
-        k_init, k_train, k_eval = fold(keys, 0), fold(keys, 1), fold(keys, 2)
-        state = self.init_state(k_init)
-        m = jax.tree.map(np.asarray, self.evaluate(state, fold(k_eval, 0), self.eval_pool))
-        curve = [(0, m)]
-        infos = []
-        chunks = max(1, (cfg.steps if steps is None else steps) // cfg.eval_every)
-        idx = jnp.int32(index)
-        for c in range(chunks):
-            state, info = self.chunk(state, fold(k_train, c), self.train_pool, idx)
-            m = jax.tree.map(np.asarray, self.evaluate(state, fold(k_eval, c + 1), self.eval_pool))
-            info = jax.tree.map(lambda x: np.asarray(x).mean(axis=1), info)  # mean over the chunk
-            # Mean advantage per oracle role over the chunk (NaN where a role never occurred).
-            with np.errstate(invalid="ignore", divide="ignore"):
-                info["role_adv"] = info["role_adv_sum"] / info["role_count"]
-            curve.append(((c + 1) * cfg.eval_every, m))
-            infos.append(info)
-            if log is not None:
-                log(self.methods[index], c + 1, chunks, m, info)
-        return curve[-1][1], curve, infos
+        k_init, k_train, k_eval, k_lab = (fold(keys, i) for i in range(4))
+        total = cfg.steps if steps is None else steps
+        chunks = max(1, total // cfg.eval_every)
+        marks = sorted(s for s in cfg.checkpoints if s <= chunks * cfg.eval_every)
+        host = lambda x: jax.tree.map(np.asarray, x)
+        state0 = self.init_state(k_init)
+        lab0 = host(self.lab(state0, fold(k_lab, 0), self.train_pool)) if 0 in marks else None
+        m0 = host(self.evaluate(state0, fold(k_eval, 0), self.eval_pool))
+        out = {}
+        for group, batched in [(self.batched, True), (self.solo, False)]:
+            if not group:
+                continue
+            M = len(group)
+            tile = lambda x, M=M: jnp.concatenate([x] * M, axis=0)  # instance i: method i // S
+            state = jax.tree.map(tile, state0)
+            index = jnp.repeat(jnp.arange(M, dtype=jnp.int32), S)
+            split = lambda x, M=M: jax.tree.map(lambda a: a.reshape(M, S, *a.shape[1:]), x)
+            curves = [[(0, m0)] for _ in range(M)]
+            infos = [[] for _ in range(M)]
+            labs = [({0: lab0} if lab0 is not None else {}) for _ in range(M)]
+            for c in range(chunks):
+                k_c = tile(fold(k_train, c))
+                if batched:
+                    state, info = self.chunk(state, k_c, self.train_pool, index)
+                else:
+                    state, info = self.chunk_solo(state, k_c, self.train_pool, jnp.int32(0))
+                at = (c + 1) * cfg.eval_every
+                ms = split(host(self.evaluate(state, tile(fold(k_eval, c + 1)), self.eval_pool)))
+                info = split(jax.tree.map(lambda x: np.asarray(x).mean(axis=1), info))
+                for i in range(M):
+                    mi = jax.tree.map(lambda a, i=i: a[i], ms)
+                    curves[i].append((at, mi))
+                    ii = jax.tree.map(lambda a, i=i: a[i], info)
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        ii["role_adv"] = ii["role_adv_sum"] / ii["role_count"]
+                    infos[i].append(ii)
+                if at in marks:
+                    for i in range(M):
+                        si = jax.tree.map(lambda a, i=i: a[i * S:(i + 1) * S], state)
+                        labs[i][at] = host(self.lab(si, fold(k_lab, at), self.train_pool))
+                if log is not None:
+                    log(at, chunks * cfg.eval_every, {m.name: curves[i][-1][1] for i, m in enumerate(group)})
+            for i, m in enumerate(group):
+                out[m.name] = Run(curves[i][-1][1], curves[i], infos[i], labs[i])
+        return out
+
+
+class Run(NamedTuple):
+    final: Metrics  # per-seed held-out metrics after training
+    curve: list  # [(step, Metrics)]
+    infos: list  # per chunk: training diagnostics, means over the chunk
+    labs: dict  # {checkpoint step: LabBatch} (host arrays, leading seed axis)
 
 
 _RUNNERS: dict = {}

@@ -12,18 +12,25 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_stepwise`` MT-GRPO and GiGPO baselines
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
+* ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
-* ``readers``   rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
-* ``rollouts``  ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
+* ``_readers``  rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
+* ``_rollouts`` ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
   explicitly, it needs hypothesis) strategies and invariant checkers for your own credit code.
 """
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
 from . import presets as presets
+from ._diagnostics import CreditSummary as CreditSummary
+from ._diagnostics import DeadGroups as DeadGroups
+from ._diagnostics import anchor_hit_ratio as anchor_hit_ratio
+from ._diagnostics import credit_by_role as credit_by_role
+from ._diagnostics import credit_by_turn as credit_by_turn
+from ._diagnostics import dead_groups as dead_groups
 from ._gae import GAE as GAE
 from ._gae import TurnGAE as TurnGAE
 from ._gae import TurnValues as TurnValues
@@ -43,6 +50,8 @@ from ._groups import groups as groups
 from ._groups import peer_mean as peer_mean
 from ._hgpo import HGPO as HGPO
 from ._hgpo import hgpo_advantages as hgpo_advantages
+from ._logprobs import LogprobsEntropy as LogprobsEntropy
+from ._logprobs import token_entropy as token_entropy
 from ._logprobs import token_logprobs as token_logprobs
 from ._logprobs import token_logprobs_from_hidden as token_logprobs_from_hidden
 from ._losses import PolicyLoss as PolicyLoss
@@ -54,6 +63,16 @@ from ._outcome import degenerate_groups as degenerate_groups
 from ._outcome import gdpo_advantages as gdpo_advantages
 from ._outcome import grpo_advantages as grpo_advantages
 from ._outcome import rloo_advantages as rloo_advantages
+from ._readers import RolloutFormatError as RolloutFormatError
+from ._readers import read_rollouts as read_rollouts
+from ._readers import write_rollouts as write_rollouts
+from ._rollouts import Buckets as Buckets
+from ._rollouts import PaddedRollouts as PaddedRollouts
+from ._rollouts import Rollout as Rollout
+from ._rollouts import RolloutBatch as RolloutBatch
+from ._rollouts import RolloutLayout as RolloutLayout
+from ._rollouts import Turn as Turn
+from ._rollouts import pad_rollouts as pad_rollouts
 from ._shrinkage import Shrinkage as Shrinkage
 from ._shrinkage import shrinkage_advantages as shrinkage_advantages
 from ._shrinkage import shrinkage_baseline as shrinkage_baseline
@@ -89,16 +108,6 @@ from ._turns import discounted_returns as discounted_returns
 from ._turns import future_best as future_best
 from ._turns import turn_surprisal as turn_surprisal
 from ._validate import validate_turns as validate_turns
-from .readers import RolloutFormatError as RolloutFormatError
-from .readers import read_rollouts as read_rollouts
-from .readers import write_rollouts as write_rollouts
-from .rollouts import Buckets as Buckets
-from .rollouts import PaddedRollouts as PaddedRollouts
-from .rollouts import Rollout as Rollout
-from .rollouts import RolloutBatch as RolloutBatch
-from .rollouts import RolloutLayout as RolloutLayout
-from .rollouts import Turn as Turn
-from .rollouts import pad_rollouts as pad_rollouts
 
 __version__ = "0.1.0"
 

@@ -59,27 +59,35 @@ class Groups:
       num_groups: static Python int, the number of segments allocated. ``B`` when the ids were
         arbitrary (an upper bound that keeps shapes static, so a new batch does not recompile),
         or the ``num_groups`` promised by the caller.
+      group_size: static Python int or ``None``. Set by ``groups(ids, layout="contiguous",
+        group_size=G)``: rows ``[jG, (j + 1)G)`` form group ``j`` and every group has exactly
+        ``G`` rows, so each grouped statistic is a reshape to ``[B / G, G, ...]`` and a reduction
+        instead of a scatter. ``index`` is then ``arange(B) // G``, so code that ignores the
+        layout computes the same groups.
 
-    A ``Groups`` is a pytree (``index`` is the only leaf, ``num_groups`` is static), so it passes
-    through ``jit``, ``vmap`` and ``shard_map``, and every function that takes ``group_ids`` accepts
-    it in their place.
+    A ``Groups`` is a pytree (``index`` is the only leaf, ``num_groups`` and ``group_size`` are
+    static), so it passes through ``jit``, ``vmap`` and ``shard_map``, and every function that takes
+    ``group_ids`` accepts it in their place.
     """
 
-    __slots__ = ("index", "num_groups")
+    __slots__ = ("index", "num_groups", "group_size")
 
-    def __init__(self, index, num_groups):
+    def __init__(self, index, num_groups, group_size=None):
         self.index = index
         self.num_groups = num_groups
+        self.group_size = group_size
 
     def tree_flatten(self):
-        return (self.index,), self.num_groups
+        return (self.index,), (self.num_groups, self.group_size)
 
     @classmethod
-    def tree_unflatten(cls, num_groups, children):
-        return cls(children[0], num_groups)
+    def tree_unflatten(cls, aux, children):
+        num_groups, group_size = aux
+        return cls(children[0], num_groups, group_size)
 
     def __repr__(self) -> str:
-        return f"Groups(index={self.index!r}, num_groups={self.num_groups})"
+        layout = "" if self.group_size is None else f", group_size={self.group_size}"
+        return f"Groups(index={self.index!r}, num_groups={self.num_groups}{layout})"
 
 
 def _fmix32(h: jax.Array) -> jax.Array:
@@ -149,7 +157,12 @@ def _representatives(keys: tuple[jax.Array, ...], valid: jax.Array | None = None
 _representatives_jit = jax.jit(_representatives)
 
 
-def groups(group_ids, *, num_groups: int | None = None) -> Groups:
+LAYOUTS = ("any", "contiguous")
+
+
+def groups(
+    group_ids, *, num_groups: int | None = None, layout: str = "any", group_size: int | None = None
+) -> Groups:
     """Densify group ids once, for reuse by every grouped function of a training step.
 
     ``groups(ids)`` accepts any integer ids — negative, sparse, unsorted, any group size — and
@@ -162,19 +175,34 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
     before credax sees them — call ``groups`` (or ``validate_turns``) on the raw ids outside
     ``jit``, as a data pipeline does anyway.
 
+    ``groups(ids, layout="contiguous", group_size=G)`` is a promise about the batch layout that
+    every trainer already keeps: each prompt's ``G`` rollouts are consecutive rows and every prompt
+    has exactly ``G`` of them (rows ``[jG, (j + 1)G)`` are prompt ``j``). Every grouped statistic is
+    then a reshape to ``[B / G, G, ...]`` and a reduction over the ``G`` axis, with no hashing and no
+    scatter. The promise is checked eagerly for NumPy / list ids and for JAX arrays outside ``jit``
+    (one scalar comes back to the host); under ``jit`` it cannot be checked, and a broken promise
+    gives the statistics of the wrong rows. Results equal the general path up to float32 rounding
+    of the sums (the summation order differs); counts, maxima and masks are identical.
+
     Args:
       group_ids: ``int[B]`` prompt id of each row, or a ``Groups`` (returned unchanged).
       num_groups: static; a promise that ids are dense in ``[0, num_groups)``. Checked when the
         ids are host values (NumPy, lists); JAX arrays stay on their device unchecked, and under
         ``jit`` an id outside the range is not detected (its row would receive statistics of the
         wrong set), so promise only what your pipeline guarantees.
+      layout: static, ``"any"`` (default: arbitrary ids) or ``"contiguous"`` (needs
+        ``group_size``; see above).
+      group_size: static ``G >= 1`` with ``layout="contiguous"``: rows per prompt; ``B`` must be a
+        multiple of ``G``.
 
     Returns:
-      ``Groups(index: int32[B], num_groups: int)``.
+      ``Groups(index: int32[B], num_groups: int, group_size: int | None)``.
 
     Raises:
       TypeError: ``group_ids`` is not an integer array.
-      ValueError: ``group_ids`` is not 1-D, or breaks the ``num_groups`` promise.
+      ValueError: ``group_ids`` is not 1-D, breaks the ``num_groups`` promise or the contiguous
+        layout (a block of ``G`` rows with two ids, one id in two blocks, ``B`` not a multiple of
+        ``G``), or ``layout`` / ``group_size`` are unknown or inconsistent.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -183,10 +211,18 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
       4
       >>> bool(g.index[0] == g.index[2]), bool(g.index[0] == g.index[1])
       (True, False)
+      >>> c = credax.groups(jnp.array([7, 7, 7, -3, -3, -3]), layout="contiguous", group_size=3)
+      >>> c.num_groups, c.group_size, c.index.tolist()
+      (2, 3, [0, 0, 0, 1, 1, 1])
     """
     if isinstance(group_ids, Groups):
         return group_ids
     _checks.reject_torch(group_ids, "group_ids", "groups")
+    _checks.check_option(layout, "layout", LAYOUTS)
+    if layout == "contiguous":
+        return _contiguous_groups(group_ids, group_size, num_groups)
+    if group_size is not None:
+        raise ValueError('`group_size` is only used with layout="contiguous"; got layout="any".')
     group_ids = _api.replicate_explicit(group_ids)
     host = _api.concrete_numpy(group_ids)
     if host is not None:
@@ -218,6 +254,51 @@ def groups(group_ids, *, num_groups: int | None = None) -> Groups:
             num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
             return Groups(ids.astype(jnp.int32), num_groups)
     return Groups(_representatives_jit((ids,)), ids.shape[0])
+
+
+def _contiguous_groups(group_ids, group_size, num_groups) -> Groups:
+    """The ``layout="contiguous"`` branch of :func:`groups`: check the promise, build the index."""
+    if group_size is None:
+        raise ValueError('layout="contiguous" needs `group_size` (the rollouts per prompt).')
+    size = _checks.check_static_int(group_size, "group_size", minimum=1)
+    host = _api.concrete_numpy(group_ids)
+    ids = _checks.as_int_array(group_ids if host is None else host, "group_ids")
+    _checks.check_ndim(ids, "group_ids", 1, "[B]")
+    batch = ids.shape[0]
+    if batch % size:
+        raise ValueError(f"`group_ids` has B={batch} rows, not a multiple of group_size={size}: "
+                         'layout="contiguous" needs every prompt to have exactly group_size rows.')
+    blocks = batch // size
+    if num_groups is not None and num_groups != blocks:
+        raise ValueError(f"`num_groups`={num_groups} disagrees with B / group_size = {blocks}.")
+    if host is not None:
+        block = host.reshape(blocks, size)
+        mixed = np.flatnonzero(np.any(block != block[:, :1], axis=1))
+        if mixed.size:
+            j = int(mixed[0])
+            raise ValueError(
+                f"`group_ids` breaks the contiguous layout: rows {j * size}..{(j + 1) * size - 1} "
+                f"(one block of group_size={size}) hold different ids {np.unique(block[j]).tolist()}.")
+        if np.unique(block[:, 0]).size != blocks:
+            raise ValueError("`group_ids` breaks the contiguous layout: one id fills more than one "
+                             f"block of group_size={size} rows (a prompt must be one block).")
+    elif not isinstance(ids, jax.core.Tracer):
+        if not bool(_contiguous_ok(ids.reshape(blocks, size))):
+            raise ValueError("`group_ids` breaks the contiguous layout (a block of group_size="
+                             f"{size} rows holds two ids, or one id fills two blocks).")
+    index = jnp.arange(batch, dtype=jnp.int32) // size
+    return Groups(index, blocks, size)
+
+
+@jax.jit
+def _contiguous_ok(block: jax.Array) -> jax.Array:
+    """On-device check of the contiguous layout: one id per block, distinct across blocks."""
+    uniform = jnp.all(block == block[:, :1])
+    first = block[:, 0]
+    if first.shape[0] < 2:
+        return uniform
+    ordered = jnp.sort(first)
+    return uniform & jnp.all(ordered[1:] != ordered[:-1])
 
 
 def groups_from_keys(*keys: jax.Array, valid: jax.Array | None = None) -> Groups:
@@ -478,6 +559,39 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
     return _Stats(count_g[index], shift, shifted, sum_g[index], mean, sum_sq, constant)
 
 
+def _block_stats(x: jax.Array, group_size: int, mask: jax.Array) -> _Stats:
+    """:func:`segment_stats` for the contiguous layout: a reshape to ``[B / G, G, ...]`` and
+    reductions over the ``G`` axis (no scatter, no gather). Same shift, same two-pass variance;
+    the sums differ from the scatter's only by float rounding (another summation order)."""
+    batch = x.shape[0]
+    blocks = (batch // group_size, group_size)
+    xb = x.reshape(blocks + x.shape[1:])
+    mb = mask.reshape(xb.shape)
+    neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
+    shift = jnp.max(jnp.where(mb, xb, neg_inf), axis=1, keepdims=True)
+    shift = jax.lax.stop_gradient(jnp.where(jnp.isfinite(shift), shift, 0))
+    shifted = jnp.where(mb, xb - shift, jnp.zeros_like(xb))
+    count = jnp.sum(mb, axis=1, keepdims=True, dtype=x.dtype)
+    total = jnp.sum(shifted, axis=1, keepdims=True)
+    mean = _checks.safe_div(total, count, count > 0)
+    centred = jnp.where(mb, shifted - mean, jnp.zeros_like(xb))
+    sum_sq = jnp.sum(centred * centred, axis=1, keepdims=True)
+
+    def rows(v):  # [B / G, 1, ...] -> [B, ...]
+        return jnp.broadcast_to(v, xb.shape).reshape(x.shape)
+
+    return _Stats(rows(count), rows(shift), shifted.reshape(x.shape), rows(total), rows(mean),
+                  rows(sum_sq), rows(total == 0))
+
+
+def group_stats(x: jax.Array, g: Groups, mask: jax.Array) -> _Stats:
+    """Statistics of ``x[B, ...]`` per (group, trailing index): the reshape path when ``g``
+    promises the contiguous layout, the segment (scatter) path otherwise."""
+    if g.group_size is not None and x.shape[0] == g.group_size * g.num_groups:
+        return _block_stats(x, g.group_size, mask)
+    return segment_stats(x, g.index, g.num_groups, mask)
+
+
 def prepare(x, g: Groups, mask, name: str = "x"):
     x = _checks.as_float_array(x, name)
     check_x_and_groups(x, g, name)
@@ -498,7 +612,7 @@ def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normal
     dt = x.dtype
     eps = _checks.scalar(opts.eps, dt, "eps")
 
-    st = segment_stats(x, g.index, g.num_groups, mask)
+    st = group_stats(x, g, mask)
     singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
 
     if center:
@@ -630,7 +744,7 @@ def group_mean(
       Array([0.5, 0.5, 4. ], dtype=float32)
     """
     xc, mask, out_dtype = prepare(x, group_ids, mask)
-    st = segment_stats(xc, group_ids.index, group_ids.num_groups, mask)
+    st = group_stats(xc, group_ids, mask)
     out = jnp.where(mask, st.shift + st.mean, jnp.zeros_like(xc))
     return out.astype(out_dtype)
 
@@ -693,7 +807,7 @@ def peer_mean(
 
 def peer_mean_with_groups(x: jax.Array, g: Groups, mask: jax.Array) -> PeerMean:
     """The body of :func:`peer_mean` on prepared inputs (compute dtype, boolean mask)."""
-    st = segment_stats(x, g.index, g.num_groups, mask)
+    st = group_stats(x, g, mask)
     others = st.count - 1
     has_peer = mask & (others > 0)
     # Sum of the others in the shifted domain: the set's sum minus the entry's own value.

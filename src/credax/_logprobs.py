@@ -13,6 +13,8 @@ out-of-range tokens at real positions are NaN, so a data bug stays visible.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -220,7 +222,70 @@ def token_logprobs(
                             inv_temp=_inverse_temperature(temperature, dtype))
 
 
-@jit_public(static_argnames=("chunk_size",), check=_check_temperature_arg)
+def _entropy_values(logits: jax.Array, dtype, inv_temp: jax.Array | None = None) -> jax.Array:
+    """``H = logsumexp(z) - Σ_v softmax(z)_v z_v`` with ``z = logits / T``, in ``dtype``.
+
+    Two fused reductions over the raw logits (the log-sum-exp, then the softmax-weighted sum),
+    each an elementwise expression inside its reduction: no ``[..., V]`` log-softmax or softmax is
+    materialised in the forward pass. ``max(·, 0)`` guards the float residue of a one-hot row.
+    """
+    lse = _logsumexp(logits, dtype, inv_temp)
+    z = _scaled(logits.astype(dtype), inv_temp)
+    weighted = jnp.sum(jnp.exp(z - lse[..., None]) * z, axis=-1)
+    return jnp.maximum(lse - weighted, jnp.zeros_like(lse))
+
+
+class LogprobsEntropy(NamedTuple):
+    """Token log-probabilities and the policy's per-token entropy, from one pass over the logits."""
+
+    logprobs: Array
+    entropy: Array
+
+
+@jit_public(check=_check_temperature_arg)
+def token_entropy(
+    logits: Float[Array, "B T V"],
+    *,
+    mask: Bool[Array, "B T"] | None = None,
+    temperature: float | Float[Array, ""] | None = None,
+) -> Float[Array, "B T"]:
+    """Entropy of the policy at each position: ``H = -Σ_v p_v log p_v``, ``p = softmax(logits / T)``.
+
+    Computed as ``logsumexp(z) - Σ_v p_v z_v`` in float32 (float64 stays) with two fused
+    reductions, without materialising a log-softmax (the trick of :func:`token_logprobs`).
+    Differentiable (the gradient is what an entropy bonus needs); for logits that never exist in
+    full use ``token_logprobs_from_hidden(..., with_entropy=True)``. Pass it to
+    :func:`policy_loss` as ``entropy`` for a bonus, or aggregate it as a metric.
+
+    Args:
+      logits: ``float[B, T, V]``.
+      mask: optional ``bool[B, T]``; masked positions return ``0`` (NaN logits there included).
+      temperature: optional ``T > 0`` (may be traced); ``None`` is ``T = 1``.
+
+    Returns:
+      ``float32[B, T]`` (float64 for float64 logits), ``>= 0``; ``0`` at masked positions.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> logits = jnp.log(jnp.array([[[0.5, 0.25, 0.25], [1.0, 1e-30, 1e-30]]]))
+      >>> [round(float(h), 4) for h in credax.token_entropy(logits)[0]]   # 1.5 ln 2, ~0
+      [1.0397, 0.0]
+
+    References:
+      verl ``entropy_from_logits`` (``logsumexp - Σ softmax · logits``); used as verl's
+      ``entropy_coeff`` bonus and logged as ``actor/entropy``.
+    """
+    logits = _checks.as_float_array(logits, "logits")
+    _checks.check_ndim(logits, "logits", 3, "[B, T, V]")
+    dtype = _checks.compute_dtype(logits.dtype)
+    if mask is not None:
+        mask = _checks.as_mask(mask, "mask", logits.shape[:2])
+        logits = jnp.where(mask[..., None], logits, jnp.zeros_like(logits))
+    out = _entropy_values(logits, dtype, _inverse_temperature(temperature, dtype))
+    return out if mask is None else _checks.select(mask, out)
+
+
+@jit_public(static_argnames=("chunk_size", "with_entropy"), check=_check_temperature_arg)
 def token_logprobs_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],
@@ -229,7 +294,8 @@ def token_logprobs_from_hidden(
     chunk_size: int | None = None,
     mask: Bool[Array, "B T"] | None = None,
     temperature: float | Float[Array, ""] | None = None,
-) -> Float[Array, "B T"]:
+    with_entropy: bool = False,
+) -> Float[Array, "B T"] | LogprobsEntropy:
     """Token log-probabilities from the last hidden states, without ever holding ``[B, T, V]`` logits.
 
     ``logp[b, t] = z[tokens[b, t]] - logsumexp(z)`` with ``z = hidden[b, t] @ unembedding``, the
@@ -255,10 +321,13 @@ def token_logprobs_from_hidden(
         tokens affect nothing, gradients included.
       temperature: optional sampling temperature ``T > 0`` (may be traced): ``z / T`` is scored,
         chunk by chunk on the chunked path. ``None`` (default) is ``T = 1``.
+      with_entropy: static; also return the per-token entropy (:func:`token_entropy`) computed
+        from the same chunk logits (no second matmul), as ``LogprobsEntropy(logprobs, entropy)``.
 
     Returns:
       ``float32[B, T]`` (float64 for float64 inputs); ``0`` at masked positions; NaN at unmasked
-      positions whose token lies outside ``[0, V)``.
+      positions whose token lies outside ``[0, V)``. With ``with_entropy``: a
+      ``LogprobsEntropy(logprobs, entropy)`` of two such arrays.
 
     Raises:
       TypeError: non-integer ``tokens``, non-boolean ``mask``, or a non-int ``chunk_size``.
@@ -307,9 +376,16 @@ def token_logprobs_from_hidden(
 
     inv_temp = _inverse_temperature(temperature, dtype)
 
+    if not isinstance(with_entropy, bool):
+        raise TypeError(f"`with_entropy` must be a Python bool; got {with_entropy!r}.")
+
     def logprobs(h, tok, m):
         logits = jnp.einsum("btd,dv->btv", h, unembedding, preferred_element_type=dtype)
-        return _picked_logprobs(logits, tok, m, dtype, core=_autodiff_core, inv_temp=inv_temp)
+        lp = _picked_logprobs(logits, tok, m, dtype, core=_autodiff_core, inv_temp=inv_temp)
+        if not with_entropy:
+            return lp
+        ent = _entropy_values(logits, dtype, inv_temp)
+        return LogprobsEntropy(lp, ent if m is None else _checks.select(m, ent))
 
     if chunk_size is None or chunk_size >= length:
         return logprobs(hidden, tokens, mask)
@@ -336,5 +412,5 @@ def token_logprobs_from_hidden(
         return carry, chunk_fn(h, tok, m if chunk_mask else None)
 
     _, out = jax.lax.scan(step, None, (chunks(hidden), chunks(tokens), chunks(valid)))
-    out = jnp.moveaxis(out, 0, 1).reshape(batch, padded)
-    return out[:, :length]
+    return jax.tree_util.tree_map(
+        lambda x: jnp.moveaxis(x, 0, 1).reshape(batch, padded)[:, :length], out)

@@ -44,6 +44,7 @@ AGG_MODES = (
 )
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 RATIO_LEVELS = ("token", "sequence")
+ROLLOUT_IS_LEVELS = ("token", "sequence")
 # verl's clamp of the log-ratio before exp (core_algos ``compute_policy_loss_vanilla``, ``kl_penalty``).
 LOG_RATIO_CLAMP = 20.0
 # Below this |x| the k3 kernel exp(x) - 1 - x is summed as a series instead of subtracted.
@@ -306,6 +307,13 @@ class PolicyMetrics(NamedTuple):
         ``mean(old_logp - logp)``).
       mean_ratio: mean over valid tokens of the ratio the surrogate used (per token, or the
         sequence ratio of each token's row with ``ratio="sequence"``).
+      rollout_is_mean: mean over valid tokens of the truncated rollout-correction weight (``1``
+        without ``rollout_logp``, ``0`` for an empty mask; verl's ``rollout_is_mean``).
+      rollout_is_frac_high: fraction of valid tokens whose untruncated weight exceeds
+        ``rollout_is_threshold`` (truncated; verl's ``rollout_is_ratio_fraction_high``).
+      rollout_is_frac_low: fraction below ``1 / rollout_is_threshold`` (verl's
+        ``rollout_is_ratio_fraction_low``).
+      entropy: the aggregated ``entropy`` input (same ``agg``/``normalizer``), ``0`` without it.
 
     Token fractions and means use the local valid-token count (they are diagnostics; average them
     across micro-batches by token count if you need a global figure).
@@ -318,6 +326,11 @@ class PolicyMetrics(NamedTuple):
     dual_clip_frac: Array
     approx_kl: Array
     mean_ratio: Array
+    # Added after the first release: defaults keep positional construction of the seven above.
+    rollout_is_mean: Array = 1.0
+    rollout_is_frac_high: Array = 0.0
+    rollout_is_frac_low: Array = 0.0
+    entropy: Array = 0.0
 
 
 class PolicyLoss(NamedTuple):
@@ -332,6 +345,12 @@ def _check_policy_args(a) -> None:
                    "lie in (0, 1) (the ratio's lower bound is 1 - clip_low)")
     check_concrete(a["clip_high"], "clip_high", lambda v: 0 < v and math.isfinite(v),
                    "be positive and finite")
+    check_concrete(a["rollout_is_threshold"], "rollout_is_threshold",
+                   lambda v: 0 < v and math.isfinite(v), "be positive and finite")
+    ent_coef = check_concrete(a["entropy_coef"], "entropy_coef", math.isfinite, "be finite")
+    if a["entropy"] is None and ent_coef is not None and ent_coef != 0:
+        raise ValueError(f"`entropy_coef={ent_coef}` needs `entropy` (per-token entropies, e.g. "
+                         "`credax.token_entropy(logits)`).")
     if a["dual_clip"] is not None:
         check_concrete(a["dual_clip"], "dual_clip", lambda v: v > 1,
                        "be > 1 (it caps the ratio of negative-advantage tokens; "
@@ -383,7 +402,7 @@ def _token_advantages(advantages, token_turn, mask, shape, dtype):
     return adv, mask
 
 
-@jit_public(static_argnames=("agg", "kl_estimator", "ratio"), check=_check_policy_args)
+@jit_public(static_argnames=("agg", "kl_estimator", "ratio", "rollout_is"), check=_check_policy_args)
 def policy_loss(
     logp: Float[Array, "B T"],
     old_logp: Float[Array, "B T"],
@@ -400,6 +419,11 @@ def policy_loss(
     kl_estimator: str = "k3",
     ratio: str = "token",
     token_turn: Int[Array, "B T"] | None = None,
+    rollout_logp: Float[Array, "B T"] | None = None,
+    rollout_is: str = "token",
+    rollout_is_threshold: float | Float[Array, ""] = 2.0,
+    entropy: Float[Array, "B T"] | None = None,
+    entropy_coef: float | Float[Array, ""] = 0.0,
 ) -> PolicyLoss:
     """PPO/GRPO clipped surrogate with clip-higher, dual clip, GSPO ratios and a KL term.
 
@@ -449,6 +473,18 @@ def policy_loss(
       ratio: ``"token"`` or ``"sequence"`` (static).
       token_turn: optional ``int[B, T]`` turn of each token (``-1`` = none), with ``[B, K]`` or
         ``[B]`` advantages.
+      rollout_logp: optional ``float[B, T]`` log-probs of the rollout (inference) engine that
+        sampled the tokens, when they differ from the trainer's ``old_logp`` (the
+        rollout/training mismatch). Each token's loss is multiplied by the truncated weight
+        ``w = min(exp(old_logp - rollout_logp), rollout_is_threshold)`` (``rollout_is="token"``)
+        or by the row's ``min(exp(Σ_t (old_logp - rollout_logp)), threshold)`` (``"sequence"``),
+        a constant (no gradient); log-ratios are clamped to ``±20`` first. ``w`` is exactly ``1``
+        where the two log-probs agree. verl's ``rollout_is`` / ``rollout_is_threshold`` (TIS).
+      rollout_is: ``"token"`` or ``"sequence"`` (static).
+      rollout_is_threshold: truncation ``C > 0`` of the weights (verl default 2.0). May be traced.
+      entropy: optional ``float[B, T]`` per-token entropies (e.g. :func:`token_entropy`, which
+        carries the gradient to the logits): ``loss -= entropy_coef · aggregate(entropy)``.
+      entropy_coef: weight of the entropy bonus (nonzero needs ``entropy``). May be traced.
 
     Returns:
       ``PolicyLoss(loss, metrics)``: ``loss`` a float32 scalar (float64 for float64 ``logp``);
@@ -484,6 +520,7 @@ def policy_loss(
     _checks.check_option(agg, "agg", AGG_MODES)
     _checks.check_option(kl_estimator, "kl_estimator", KL_ESTIMATORS)
     _checks.check_option(ratio, "ratio", RATIO_LEVELS)
+    _checks.check_option(rollout_is, "rollout_is", ROLLOUT_IS_LEVELS)
     check_agg(agg, normalizer)
 
     logp = _checks.as_float_array(logp, "logp")
@@ -518,6 +555,18 @@ def policy_loss(
     if dual_clip is not None:
         c = _checks.scalar(dual_clip, dtype, "dual_clip")
         token_loss = jnp.where(negative, jnp.minimum(token_loss, -adv * c), token_loss)
+    if rollout_logp is not None:
+        # Rollout correction (verl rollout_is): the rollout engine sampled from π_rollout, the
+        # surrogate's old policy is the trainer's π_old; weight each token by the truncated ratio.
+        roll = sg(_checks.select(mask, _token_array(rollout_logp, "rollout_logp", shape, dtype)))
+        log_w = old - roll
+        if rollout_is == "sequence":
+            log_w = jnp.broadcast_to(jnp.sum(log_w, axis=-1, keepdims=True), shape)
+        log_w = _checks.select(mask, jnp.clip(log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        w_raw = jnp.exp(log_w)
+        threshold = _checks.scalar(rollout_is_threshold, dtype, "rollout_is_threshold")
+        is_w = _checks.select(mask, jnp.minimum(w_raw, threshold))
+        token_loss = token_loss * is_w
     pg = aggregate_values(token_loss, mask, agg, normalizer)
 
     if ref_logp is not None:
@@ -527,6 +576,11 @@ def policy_loss(
     else:
         kl = jnp.zeros((), dtype)
         loss = pg
+    if entropy is not None:
+        # Entropy bonus (verl: pg_loss - entropy_coeff * agg_loss(entropy)); the gradient flows
+        # through `entropy` to the logits it was computed from.
+        ent = aggregate_values(_token_array(entropy, "entropy", shape, dtype), mask, agg, normalizer)
+        loss = loss - _checks.scalar(entropy_coef, dtype, "entropy_coef") * ent
 
     rv = sg(r)
     count = jnp.sum(mask, dtype=dtype)
@@ -553,4 +607,15 @@ def policy_loss(
         # mean of r over valid tokens = 1 + mean of (r - 1), and r - 1 is exactly 0 off the mask.
         mean_ratio=jnp.where(count > 0, 1 + token_mean(rv - 1), zero),
     )
+    if rollout_logp is not None:
+        metrics = metrics._replace(
+            rollout_is_mean=jnp.where(count > 0, 1 + token_mean(_checks.select(mask, is_w - 1)), zero),
+            rollout_is_frac_high=fraction(mask & (log_w > jnp.log(threshold))),
+            rollout_is_frac_low=fraction(mask & (log_w < -jnp.log(threshold))),
+        )
+    else:
+        one = jnp.where(count > 0, jnp.ones((), dtype), zero)  # 0 for an empty mask, as mean_ratio
+        metrics = metrics._replace(rollout_is_mean=one, rollout_is_frac_high=zero,
+                                   rollout_is_frac_low=zero)
+    metrics = metrics._replace(entropy=zero if entropy is None else sg(ent))
     return PolicyLoss(loss, metrics)

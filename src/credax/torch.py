@@ -211,22 +211,24 @@ def _bridge(fn, *, group_as_ids: bool = False):
 
 # Functions credax.torch does not bridge. The policy and value losses and their parts are
 # differentiated w.r.t. JAX parameters and stay JAX (a torch trainer keeps its own loss and feeds it
-# these advantages); parse_roles is host-side already (labels in, an int32 NumPy array out:
-# torch.from_numpy takes it without a copy); groups has its own torch version above.
+# these advantages); groups has its own torch version above.
 JAX_ONLY = frozenset({
     "aggregate", "kl_divergence", "policy_loss", "token_logprobs", "token_logprobs_from_hidden",
-    "value_loss", "parse_roles", "groups",
+    "value_loss", "groups",
 })
+# Host-side already, no arrays in: parse_roles (labels in, an int32 NumPy array out, which
+# torch.from_numpy takes without a copy) and the rollout file tools.
+HOST_SIDE = frozenset({"parse_roles", "pad_rollouts", "read_rollouts", "write_rollouts"})
 _GROUP_AS_IDS = frozenset({"validate_turns"})
 
 # Every other public function of credax, bridged: a function added to credax is available here
 # at once, under its own name (tests/test_torch.py checks each one against credax).
 _BRIDGED = sorted(
     name for name in credax.__all__
-    if inspect.isfunction(getattr(credax, name)) and name not in JAX_ONLY
+    if inspect.isfunction(getattr(credax, name)) and name not in JAX_ONLY | HOST_SIDE
 )
 for _name in _BRIDGED:
     globals()[_name] = _bridge(getattr(credax, _name), group_as_ids=_name in _GROUP_AS_IDS)
 del _name
 
-__all__ = sorted([*_BRIDGED, "JAX_ONLY", "dense_ids", "groups", "to_jax", "to_torch"])
+__all__ = sorted([*_BRIDGED, "HOST_SIDE", "JAX_ONLY", "dense_ids", "groups", "to_jax", "to_torch"])

@@ -205,3 +205,60 @@ def shrinkage_baseline(rewards, group_ids, mask=None, leave_one_out=False):
             base[i] = grand + (1 - c) * (est - grand)
             coef[i] = c
     return base, coef, grand
+
+
+# --------------------------------------------------------------------------------------------
+# Entropy
+# --------------------------------------------------------------------------------------------
+
+
+def token_entropy(logits, temperature=1.0):
+    """-Σ p log p per position, with an explicit float64 softmax per position."""
+    z = _f64(logits) / temperature
+    out = np.zeros(z.shape[:2])
+    for b in range(z.shape[0]):
+        for t in range(z.shape[1]):
+            row = z[b, t] - z[b, t].max()
+            p = np.exp(row) / np.exp(row).sum()
+            out[b, t] = -math.fsum(pi * math.log(pi) for pi in p if pi > 0)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------------
+
+
+def dead_groups(rewards, group_ids, mask=None):
+    r = _f64(rewards)
+    m = np.ones(r.shape, bool) if mask is None else np.asarray(mask, bool)
+    members = {}
+    for i, g in enumerate(np.asarray(group_ids)):
+        if m[i]:
+            members.setdefault(int(g), []).append(r[i])
+    if not members:
+        return 0.0, 0.0, 0
+    p = math.fsum(v for vals in members.values() for v in vals) / sum(map(len, members.values()))
+    dead = sum(max(v) == min(v) for v in members.values()) / len(members)
+    expected = math.fsum(p ** len(v) + (1 - p) ** len(v) for v in members.values()) / len(members)
+    return dead, expected, len(members)
+
+
+def anchor_hit_ratio(anchors, turn_mask, group_ids):
+    a, m, ids = np.asarray(anchors), np.asarray(turn_mask, bool), np.asarray(group_ids)
+    steps = [(b, t) for b in range(a.shape[0]) for t in range(a.shape[1]) if m[b, t]]
+    if not steps:
+        return 0.0
+    hits = sum(any((j, s) != (b, t) and ids[j] == ids[b] and a[j, s] == a[b, t] for j, s in steps)
+               for b, t in steps)
+    return hits / len(steps)
+
+
+def credit_by_category(credit, categories, valid, num):
+    c = _f64(credit)
+    out = []
+    for k in range(num):
+        vals = [c[idx] for idx in zip(*np.nonzero(valid & (categories == k)), strict=True)]
+        out.append((math.fsum(vals) / len(vals) if vals else 0.0,
+                    math.fsum(abs(v) for v in vals) / len(vals) if vals else 0.0, len(vals)))
+    return np.array(out)

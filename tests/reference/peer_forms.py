@@ -176,3 +176,41 @@ def verl_agent_hgpo(token_scores, step_returns, anchor_obs, index, traj_index, h
                     its = [(0, base[row])] + its
                 out[row] = aggregate(its)
     return out
+
+
+def verl_rollout_is_weights(log_ratio, response_mask, rollout_is, threshold):
+    """verl ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_weights`` (no batch
+    normalisation) and the token-level metrics of ``compute_is_metrics``.
+
+    ``log_ratio = old_log_prob - rollout_log_prob``. Token: ``exp(clamp(log_ratio, ±20))``;
+    sequence: ``exp(clamp(Σ_t masked log_ratio, ±20))`` broadcast; times the mask; metrics on the
+    untruncated weights (token level: fraction above ``threshold`` / below ``1/threshold``); then
+    truncated at ``threshold``; mean of the truncated weights over valid tokens.
+    """
+    lr, m = np.asarray(log_ratio, np.float64), np.asarray(response_mask, np.float64)
+    if rollout_is == "token":
+        w = np.exp(np.clip(lr, -20, 20))
+    else:
+        w = np.broadcast_to(np.exp(np.clip((lr * m).sum(-1, keepdims=True), -20, 20)), lr.shape)
+    w = w * m
+    metrics = {"frac_high": ((w > threshold) * m).sum() / m.sum(),
+               "frac_low": ((w < 1 / threshold) * m).sum() / m.sum()}
+    w = np.minimum(w, threshold)
+    metrics["mean"] = (w * m).sum() / m.sum()
+    return w, metrics
+
+
+def verl_vanilla_pg_losses(log_prob, old_log_prob, advantages, clip_low, clip_high):
+    """verl ``core_algos.py::compute_policy_loss_vanilla`` per-token losses (no dual clip)."""
+    ratio = np.exp(np.clip(np.asarray(log_prob) - np.asarray(old_log_prob), -20, 20))
+    adv = np.asarray(advantages, np.float64)
+    return np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - clip_low, 1 + clip_high))
+
+
+def verl_entropy_from_logits(logits):
+    """verl ``utils/torch_functional.py::entropy_from_logits``: logsumexp − Σ softmax · logits."""
+    z = np.asarray(logits, np.float64)
+    top = z.max(-1, keepdims=True)
+    lse = (top + np.log(np.exp(z - top).sum(-1, keepdims=True)))[..., 0]
+    p = np.exp(z - lse[..., None])
+    return lse - (p * z).sum(-1)

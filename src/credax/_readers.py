@@ -54,7 +54,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .rollouts import Rollout, Turn
+from ._rollouts import Rollout, Turn
 
 FORMATS = ("credax", "verl")
 _ROLLOUT_KEYS = {"prompt_id", "turns", "prompt", "outcome", "meta"}
@@ -224,18 +224,18 @@ def read_rollouts(
       ValueError: an unknown ``format``.
 
     Examples:
-      >>> import credax, credax.readers, tempfile, os
+      >>> import credax, tempfile, os
       >>> d = tempfile.mkdtemp()
       >>> path = os.path.join(d, "r.jsonl")
-      >>> credax.readers.write_rollouts(path, [credax.Rollout("p", [credax.Turn([4, 5], 1.0)])])
-      >>> [r.turns[0].score for r in credax.readers.read_rollouts(path)]
+      >>> credax.write_rollouts(path, [credax.Rollout("p", [credax.Turn([4, 5], 1.0)])])
+      >>> [r.turns[0].score for r in credax.read_rollouts(path)]
       [1.0]
       >>> with open(path, "a") as f:
       ...     _ = f.write('{"prompt_id": "p", "turns": [{"action": [1], "score": "high"}]}\\n')
-      >>> credax.readers.read_rollouts(path)
+      >>> credax.read_rollouts(path)
       Traceback (most recent call last):
       ...
-      credax.readers.RolloutFormatError: .../r.jsonl:2: field `turns[0].score`: expected a number; ...
+      credax._readers.RolloutFormatError: .../r.jsonl:2: field `turns[0].score`: expected a number; ...
     """
     if format not in FORMATS:
         raise ValueError(f"`format` must be one of {list(FORMATS)}; got {format!r}.")

@@ -23,9 +23,11 @@ peer                             style of
                                  array reads and writes as many bytes as a token broadcast must
 ===============================  ==================================================================
 
-torch is optional (the ``bench`` extra): without it ``HAVE_TORCH`` is false and the torch peers are
-skipped by the caller. Every peer takes its inputs in its native form (torch tensors, uid strings for
-the verl loop, int64 index tensors for ``torch.gather``), prepared outside the timed region.
+torch is optional (the ``bench`` extra, ``torch==2.13.0``): without it ``HAVE_TORCH`` is false and the
+torch peers are skipped by the caller. torch is imported lazily (:func:`load_torch`), so importing
+this module costs nothing until a run asks for the peers. Every peer takes its inputs in its native
+form (torch tensors, uid strings for the verl loop, int64 index tensors for ``torch.gather``),
+prepared outside the timed region.
 
 The ``reference_*`` functions are slow, obviously correct float64 loops (no credax, no torch): every
 implementation, credax included, must agree with them before it is timed.
@@ -38,15 +40,22 @@ import math
 
 import numpy as np
 
-try:  # torch is a peer, not a dependency
-    import torch
+torch = None
+HAVE_TORCH = False
+TORCH_IMPORT_ERROR = "not attempted"
 
-    HAVE_TORCH = True
-    TORCH_IMPORT_ERROR = ""
-except Exception as exc:  # pragma: no cover - depends on the environment
-    torch = None
-    HAVE_TORCH = False
-    TORCH_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+def load_torch():
+    """Import torch once (a peer, not a dependency); ``None`` when it is not installed."""
+    global torch, HAVE_TORCH, TORCH_IMPORT_ERROR
+    if torch is None and TORCH_IMPORT_ERROR == "not attempted":
+        try:
+            import torch as _torch
+        except Exception as exc:  # pragma: no cover - depends on the environment
+            TORCH_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+        else:
+            torch, HAVE_TORCH, TORCH_IMPORT_ERROR = _torch, True, ""
+    return torch
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,176 @@
+"""``python -m credax.bench``: time credax on whatever device JAX sees (CPU, GPU or TPU).
+
+    python -m credax.bench                          # default preset -> ./credax-bench/speed-<backend>.*
+    python -m credax.bench --preset quick           # toy sizes, about a minute on a CPU
+    python -m credax.bench --batch 16384 --turns 32 # your sizes instead of the preset's
+    python -m credax.bench --preset gpu --require gpu   # what `make bench-gpu` runs
+
+Every implementation is checked against a float64 reference before it is timed (a disagreement
+fails the run). Reported: steady time (median of interleaved repetitions, ``block_until_ready``),
+compile time, recompiles on a second call and on a changed hyperparameter, bytes moved, GB/s as a
+fraction of a device copy measured in the same run (the roofline), XLA's compiled memory, the
+device's peak memory where the backend reports it (``memory_stats``: GPU, TPU), and ratios against
+the torch peers when torch is installed (``pip install 'credax[bench]'``, which also brings
+matplotlib for the plot). Ratios are from one run on one machine; absolute times on a shared machine
+are not comparable across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .cases import CASES, PRESETS
+
+
+def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | None = None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    p.add_argument("--preset", choices=PRESETS, default="default",
+                   help="sizes and timing budget: quick (toy, CI), default (CPU sizes), targets "
+                        "(only the sizes the targets are read at), gpu (accelerator sizes, the "
+                        "whole run under 5 minutes on one GPU)")
+    p.add_argument("--quick", action="store_true", help="same as --preset quick")
+    p.add_argument("--batch", type=int, default=None, help="B of the GRPO / TCPO cases and sweep")
+    p.add_argument("--turns", type=int, default=None, help="K, turns per trajectory")
+    p.add_argument("--tokens", type=int, default=None, help="T, tokens per trajectory")
+    p.add_argument("--token-batch", type=int, default=None, help="B of the token cases")
+    p.add_argument("--group-size", type=int, default=None, help="rollouts per prompt (default 8)")
+    p.add_argument("--platform", choices=("cpu", "gpu", "cuda", "rocm", "tpu"), default=None,
+                   help="set JAX_PLATFORMS before JAX starts (default: JAX's own choice)")
+    p.add_argument("--device", choices=("cpu", "gpu"), default=None,
+                   help="the earlier spelling of --platform (benchmarks.speed --device gpu)")
+    p.add_argument("--require", choices=("cpu", "gpu", "tpu"), default=None,
+                   help="fail unless JAX's default backend is this one")
+    p.add_argument("--out", type=Path, default=default_out,
+                   help="output directory (default: ./credax-bench, a temporary one with --quick)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions per implementation (>= 7)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="restrict the process to this many CPUs (affinity) and torch to this many "
+                        "threads (default: each library's own). On a shared machine use 1: an "
+                        "oversubscribed torch thread pool can make a parallel op 100x slower")
+    p.add_argument("--only", default="", help=f"comma-separated cases: {','.join(CASES)}")
+    p.add_argument("--entries", default="",
+                   help="sweep only the entry points whose name contains one of these "
+                        "comma-separated words (default: all)")
+    p.add_argument("--no-torch", action="store_true", help="do not import or time the torch peers")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.preset = "quick"
+    if args.device is not None and args.platform is None:
+        args.platform = args.device
+    # `compile` was the earlier name of the sweep (compile time and recompilation per entry point)
+    args.only = ",".join("sweep" if s.strip() == "compile" else s for s in args.only.split(","))
+    if args.reps is not None and args.reps < 7:
+        p.error("--reps must be at least 7")
+    unknown = {s.strip() for s in args.only.split(",") if s.strip()} - set(CASES)
+    if unknown:
+        p.error(f"--only: unknown cases {sorted(unknown)}; choose from {','.join(CASES)}")
+    return args
+
+
+def _before_jax(args) -> None:
+    """Environment that must be set before JAX initialises its backend."""
+    if "jax" in sys.modules:
+        return
+    if args.platform is not None:
+        os.environ["JAX_PLATFORMS"] = args.platform
+    if args.threads is not None:
+        # XLA sizes its CPU thread pools from the affinity mask; torch is set after import.
+        if hasattr(os, "sched_setaffinity"):
+            allowed = sorted(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, allowed[: args.threads])
+        if args.threads == 1:
+            flags = "--xla_cpu_multi_thread_eigen=false"
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
+
+
+def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv, prog, default_out)
+    _before_jax(args)
+
+    import jax
+
+    from . import cases, report
+    from .harness import Runner, copy_bandwidth, machine_info, now
+
+    backend = jax.default_backend()
+    if args.require is not None and backend != args.require:
+        print(f"ERROR: --require {args.require}, but JAX's default backend is {backend!r} "
+              f"(devices: {jax.devices()}). Install the matching jax (e.g. 'jax[cuda12]').")
+        return 2
+    cfg = cases.make_config(args.preset, backend, args.reps, batch=args.batch, turns=args.turns,
+                            tokens=args.tokens, token_batch=args.token_batch,
+                            group_size=args.group_size)
+    out_dir = args.out or (Path(tempfile.gettempdir()) / "credax-bench-quick" if cfg.quick
+                           else Path("credax-bench"))
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    want = lambda name: not only or name in only
+
+    env = cases.Env(cfg, use_torch=not args.no_torch)
+    if args.threads is not None and env.torch is not None:
+        env.torch.set_num_threads(args.threads)
+    started = now()
+    meta = {
+        "command": f"{prog} {' '.join(argv)}".rstrip(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "preset": cfg.preset,
+        "device": backend,
+        "reps": cfg.reps,
+        "min_sample_s": cfg.min_sample_s,
+        "threads": args.threads,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "env": {k: os.environ[k] for k in ("GLIBC_TUNABLES", "JAX_PLATFORMS", "XLA_FLAGS",
+                                           "OMP_NUM_THREADS") if k in os.environ},
+        "huge_pages": "hugetlb" in os.environ.get("GLIBC_TUNABLES", ""),
+        "machine": machine_info(env.peers.torch, env.torch_device),
+        "sweep_sizes": dict(cfg.sweep),
+        "torch_note": env.torch_note,
+    }
+    print(f"credax speed benchmark — {meta['command']}")
+    m = meta["machine"]
+    print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}, jax {m['jax']} on {m['device_kind']} "
+          f"{m['jax_devices']}, torch {m['torch']}")
+
+    bw = copy_bandwidth(cfg)
+    runner = Runner(cfg, copy_bw=bw["bytes_per_s"])
+    if want("grpo"):
+        for b in cfg.grpo_sizes:
+            cases.case_grpo(env, runner, b)
+    if want("tcpo"):
+        for b, k in cfg.tcpo_sizes:
+            cases.case_tcpo(env, runner, b, k)
+    if want("triage"):
+        for t in cfg.token_lengths:
+            cases.case_triage_broadcast(env, runner, t)
+    if want("loss"):
+        for t in cfg.token_lengths:
+            cases.case_policy_loss(env, runner, t)
+    sweep = cases.run_sweep(env, cfg, bw["bytes_per_s"], args.entries) if want("sweep") else []
+
+    data = {
+        "meta": {**meta, "wall_s": now() - started},
+        "copy_bandwidth": bw,
+        "cases": runner.cases,
+        "sweep": sweep,
+        "compile": sweep,  # the earlier key of the same records (notebooks read it)
+        "not_timed": cases.NOT_TIMED,
+        "targets": cases.evaluate_targets(runner.cases, sweep),
+        "skipped": runner.skipped,
+        "failures": runner.failures,
+    }
+    paths = report.write(data, out_dir, f"speed-{backend}")
+    print("\n" + paths["md"].read_text())
+    print(f"wrote {', '.join(str(p) for p in paths.values())} ({data['meta']['wall_s']:.1f} s)")
+    if runner.failures:
+        print("FAILED agreement checks:\n  " + "\n  ".join(runner.failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

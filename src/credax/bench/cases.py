@@ -1,0 +1,726 @@
+"""What is timed: presets, synthetic data, the peer cases, the entry-point sweep, the targets.
+
+Peer cases (credax against NumPy and, with torch installed, the torch implementations of
+:mod:`credax.bench.peers`, each checked against a float64 reference first):
+
+* ``grpo``: GRPO advantages, groups of 8, from shuffled sparse int32 ids, a precomputed ``Groups``
+  and the contiguous layout promise;
+* ``tcpo``: the TCPO pipeline (retrospective + hindsight + per-(prompt, turn) z-score, ``γ^k``);
+* ``triage_broadcast``: TRIAGE turn advantages broadcast to tokens, against a fresh copy (the floor);
+* ``policy_loss`` / ``policy_loss_grad``: the clipped surrogate with ``[B, T]`` token advantages
+  against ``[B, K]`` turn advantages gathered inside the loss.
+
+The sweep times every public entry point of credax alone at one size per preset: steady time,
+compile time, recompiles on a second call and on a changed hyperparameter, bytes moved, GB/s and
+the fraction of the device copy bandwidth, XLA's compiled memory, and the device's peak memory where
+the backend reports it.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import peers
+from .harness import (
+    Config,
+    Impl,
+    Runner,
+    as_numpy,
+    compiled_memory,
+    device_memory,
+    measure_compile,
+    nbytes,
+)
+
+GROUP_SIZE = 8
+TRIAGE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
+LAM = 0.2
+EPS = 1e-6
+# TCPO options of the public reimplementation (population std, eps inside the square root,
+# sets of fewer than two keep their raw credit), so that the torch peer computes the same numbers.
+TCPO_OPTIONS = dict(ddof=0, eps_mode="sqrt", eps=EPS, singleton="raw")
+TCPO_GAMMA = 0.9
+
+PRESETS = ("quick", "default", "targets", "gpu")
+# Public functions the sweep does not time, and why (host-side data plumbing, not credit math).
+NOT_TIMED = {
+    "read_rollouts": "file I/O (reads a JSONL rollout dump)",
+    "write_rollouts": "file I/O (writes a JSONL rollout dump)",
+    "pad_rollouts": "host-side Python over ragged rollouts, before any array exists",
+}
+CASES = ("grpo", "tcpo", "triage", "loss", "sweep")
+
+
+def make_config(preset: str = "default", device: str = "cpu", reps: int | None = None,
+                **sizes: Any) -> Config:
+    """The sizes and timing budget of a preset, with any size given by the user in ``sizes``
+    (``batch``, ``turns``, ``tokens``, ``group_size``, ``token_batch``) replacing the preset's."""
+    if preset == "quick":
+        cfg = Config(
+            preset=preset, device=device, reps=reps or 7, min_sample_s=0.0005, impl_budget_s=2.0,
+            skip_call_s=5.0, grpo_sizes=[64, 512], tcpo_sizes=[(128, 8)],
+            token_batch=16, token_lengths=[1024], num_turns=8, copy_mib=4,
+            sweep=dict(B=64, K=4, G=8, Bt=4, T=64, M=3, LB=2, LT=16, V=64, D=16),
+        )
+    elif preset == "default":
+        cfg = Config(
+            preset=preset, device=device, reps=reps or 9, min_sample_s=0.02, impl_budget_s=40.0,
+            skip_call_s=60.0, grpo_sizes=[512, 4096, 65536],
+            tcpo_sizes=[(b, k) for b in (512, 4096) for k in (8, 16, 32)],
+            token_batch=512, token_lengths=[1024, 4096, 16384], num_turns=16, copy_mib=64,
+            sweep=dict(B=4096, K=16, G=8, Bt=64, T=2048, M=4, LB=4, LT=256, V=2048, D=256),
+        )
+    elif preset == "targets":  # exactly the sizes of the targets of evaluate_targets
+        cfg = Config(
+            preset=preset, device=device, reps=reps or 9, min_sample_s=0.02, impl_budget_s=40.0,
+            skip_call_s=60.0, grpo_sizes=[65536], tcpo_sizes=[(4096, 16)],
+            token_batch=512, token_lengths=[16384], num_turns=16, copy_mib=64,
+            sweep=dict(B=4096, K=16, G=8, Bt=64, T=2048, M=4, LB=4, LT=256, V=2048, D=256),
+        )
+    elif preset == "gpu":  # sized for one accelerator, the whole run in well under 5 minutes
+        cfg = Config(
+            preset=preset, device=device, reps=reps or 9, min_sample_s=0.01, impl_budget_s=10.0,
+            skip_call_s=20.0, grpo_sizes=[4096, 65536, 1 << 18],
+            tcpo_sizes=[(4096, 16), (65536, 16)],
+            token_batch=512, token_lengths=[4096, 16384], num_turns=16, copy_mib=512,
+            sweep=dict(B=65536, K=16, G=8, Bt=512, T=4096, M=4, LB=8, LT=512, V=16384, D=1024),
+        )
+    else:
+        raise ValueError(f"`preset` must be one of {list(PRESETS)}; got {preset!r}.")
+    if sizes.get("batch"):
+        b = sizes["batch"]
+        cfg.grpo_sizes = [b]
+        cfg.tcpo_sizes = [(b, sizes.get("turns") or cfg.num_turns)]
+        cfg.sweep["B"] = b
+    if sizes.get("turns"):
+        cfg.num_turns = sizes["turns"]
+        cfg.tcpo_sizes = [(b, sizes["turns"]) for b, _ in cfg.tcpo_sizes]
+        cfg.sweep["K"] = sizes["turns"]
+    if sizes.get("tokens"):
+        cfg.token_lengths = [sizes["tokens"]]
+        cfg.sweep["T"] = sizes["tokens"]
+    if sizes.get("token_batch"):
+        cfg.token_batch = sizes["token_batch"]
+        cfg.sweep["Bt"] = sizes["token_batch"]
+    if sizes.get("group_size"):
+        cfg.group_size = cfg.sweep["G"] = sizes["group_size"]
+    for b in cfg.grpo_sizes + [b for b, _ in cfg.tcpo_sizes] + [cfg.sweep["B"]]:
+        if b % cfg.group_size:
+            raise ValueError(f"batch sizes must be multiples of the group size {cfg.group_size}; "
+                             f"got {b}.")
+    return cfg
+
+
+# ------------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------------
+
+
+def make_ids(rng: np.random.Generator, batch: int, group_size: int = GROUP_SIZE) -> np.ndarray:
+    """Sparse int32 prompt ids (negatives included), groups of ``group_size``, rows shuffled."""
+    unique = rng.choice(2**31 - 1, size=batch // group_size, replace=False) - 2**30
+    return rng.permutation(np.repeat(unique, group_size)).astype(np.int32)
+
+
+def make_turns(rng: np.random.Generator, batch: int, num_turns: int):
+    """Prefix turn masks of random length and verifier scores in {0, 1/6, ..., 1}."""
+    lengths = rng.integers(1, num_turns + 1, size=batch)
+    turn_mask = np.arange(num_turns)[None, :] < lengths[:, None]
+    steps = rng.choice(np.array([-1, 0, 0, 1, 2]), size=(batch, num_turns))
+    level = np.clip(np.cumsum(steps, axis=1), 0, 6)
+    scores = np.where(turn_mask, level / 6.0, 0.0).astype(np.float32)
+    return scores, turn_mask
+
+
+def make_token_turn(rng: np.random.Generator, turn_mask: np.ndarray, length: int) -> np.ndarray:
+    """``[B, T]`` turn index per token: prompt (-1), then response / observation (-1) spans of
+    each valid turn, then padding (-1)."""
+    batch = turn_mask.shape[0]
+    token_turn = np.full((batch, length), -1, dtype=np.int32)
+    prompt = length // 8
+    for b in range(batch):
+        n = int(turn_mask[b].sum())
+        budget = int((length - prompt) * rng.uniform(0.6, 1.0))
+        spans = np.floor(rng.dirichlet(np.ones(2 * n)) * budget).astype(np.int64)
+        labels = np.full(2 * n, -1, dtype=np.int32)
+        labels[0::2] = np.arange(n)
+        row = np.repeat(labels, spans)
+        token_turn[b, prompt : prompt + row.size] = row
+    return token_turn
+
+
+def contiguous_order(ids: np.ndarray):
+    """The row order that makes each prompt's rows one block (a trainer's layout), and its inverse."""
+    order = np.argsort(ids, kind="stable")
+    unsort = np.empty_like(order)
+    unsort[order] = np.arange(order.size)
+    return order, unsort
+
+
+# ------------------------------------------------------------------------------------------------
+# environment
+# ------------------------------------------------------------------------------------------------
+
+
+class Env:
+    """Imports and device plumbing shared by the cases."""
+
+    def __init__(self, cfg: Config, *, use_torch: bool = True):
+        import jax
+        import jax.numpy as jnp
+
+        import credax
+
+        self.jax, self.jnp, self.credax, self.peers = jax, jnp, credax, peers
+        self.device = cfg.device
+        self.jax_device = jax.devices()[0]
+        self.torch = peers.load_torch() if use_torch else None
+        self.torch_note = ""
+        self.torch_device = "cpu"
+        if not use_torch:
+            self.torch_note = "torch peers not requested (--no-torch)"
+        elif self.torch is None:
+            self.torch_note = (f"torch not importable ({peers.TORCH_IMPORT_ERROR}): torch peers "
+                               "skipped (pip install 'credax[bench]')")
+            print("NOTE: " + self.torch_note)
+        elif self.jax_device.platform == "gpu":
+            if self.torch.cuda.is_available():
+                self.torch_device = "cuda"
+            else:
+                self.torch = None
+                self.torch_note = "torch has no CUDA device: torch peers skipped on a GPU run"
+                print("NOTE: " + self.torch_note)
+        elif self.jax_device.platform != "cpu":
+            self.torch = None
+            self.torch_note = f"no torch peer on {self.jax_device.platform}: torch peers skipped"
+
+    def put(self, x):
+        return self.jax.device_put(self.jnp.asarray(x), self.jax_device)
+
+    def jax_run(self, fn, *args, **kwargs):
+        block = self.jax.block_until_ready
+        return lambda: block(fn(*args, **kwargs))
+
+    def t(self, x, dtype=None):
+        out = self.torch.as_tensor(np.ascontiguousarray(x)).to(self.torch_device)
+        return out if dtype is None else out.to(dtype)
+
+    def torch_run(self, fn, *args, **kwargs):
+        if self.torch_device == "cuda":
+            sync = self.torch.cuda.synchronize
+
+            def run():
+                out = fn(*args, **kwargs)
+                sync()
+                return out
+
+            return run
+        return lambda: fn(*args, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# peer cases
+# ------------------------------------------------------------------------------------------------
+
+
+def case_grpo(env: Env, runner: Runner, batch: int) -> None:
+    credax, peers, torch = env.credax, env.peers, env.torch
+    g_size = runner.cfg.group_size
+    rng = np.random.default_rng(batch)
+    ids = make_ids(rng, batch, g_size)
+    rewards = rng.random(batch, dtype=np.float32)
+    order, unsort = contiguous_order(ids)
+    reference = peers.reference_grpo(rewards, ids, eps=EPS)
+
+    r_j, ids_j = env.put(rewards), env.put(ids)
+    g = credax.groups(ids_j)
+    env.jax.block_until_ready(g.index)
+    r_sorted_j = env.put(rewards[order])
+    c = credax.groups(ids[order], layout="contiguous", group_size=g_size)
+    opts = dict(credax.presets.VERL)
+    inputs = r_j.nbytes + ids_j.nbytes
+    impls = [
+        Impl("credax_raw_ids", env.jax_run(credax.grpo_advantages, r_j, ids_j, **opts),
+             "credax, raw ids every call", as_numpy, inputs),
+        Impl("credax_groups", env.jax_run(credax.grpo_advantages, r_j, g, **opts),
+             "credax, precomputed Groups", as_numpy, inputs),
+        Impl("credax_contiguous", env.jax_run(credax.grpo_advantages, r_sorted_j, c, **opts),
+             "credax, contiguous layout promise (groups(ids, layout='contiguous'))",
+             lambda out: as_numpy(out)[unsort], r_j.nbytes),
+        Impl("numpy", lambda: peers.numpy_grpo(rewards, ids, EPS), "NumPy unique+bincount",
+             as_numpy, inputs),
+    ]
+    notes = []
+    if torch is not None:
+        r_t, ids_t = env.t(rewards), env.t(ids.astype(np.int64))
+        r_sorted_t = env.t(rewards[order])
+        uids = np.array([f"uid-{i}" for i in ids.tolist()], dtype=object)
+        impls += [
+            Impl("torch_vectorized", env.torch_run(peers.torch_grpo_vectorized, r_t, ids_t, EPS),
+                 "torch unique+index_add (verl grpo_vectorized)", as_numpy, inputs),
+            Impl("torch_reshape_sorted",
+                 env.torch_run(peers.torch_grpo_reshape, r_sorted_t, g_size, EPS),
+                 "torch view(-1, G) on pre-sorted input (TRL)",
+                 lambda out: as_numpy(out)[unsort], r_j.nbytes),
+        ]
+        if batch <= 65536:  # the per-sample loop takes seconds beyond that
+            impls.append(Impl("torch_loop", env.torch_run(peers.torch_grpo_loop, r_t, uids, EPS),
+                              "torch per-sample loop over uid dict (verl default)", as_numpy))
+    else:
+        notes.append(env.torch_note)
+    ratios = [("credax_groups", "torch_vectorized"), ("credax_groups", "torch_reshape_sorted"),
+              ("credax_raw_ids", "torch_vectorized"), ("credax_contiguous", "torch_reshape_sorted"),
+              ("credax_raw_ids", "numpy"), ("credax_groups", "numpy"),
+              ("torch_loop", "credax_raw_ids")]
+    runner.run_case("grpo", {"B": batch, "group_size": g_size, "ids": "shuffled"}, batch, "B",
+                    reference, impls, ratios, notes=notes)
+
+
+def tcpo_output_floor(env: Env, struct):
+    """A program with TCPO's inputs and outputs and no work: one elementwise pass per output.
+
+    The floor of the public call, which returns every intermediate (15 ``[B, K]`` arrays)."""
+    jax, jnp = env.jax, env.jnp
+    leaves, tree = jax.tree.flatten(struct)
+
+    def floor(s, m):
+        outs = []
+        for i, leaf in enumerate(leaves):
+            v = jnp.where(m, s, jnp.float32(i))
+            outs.append(v > 0.5 if leaf.dtype == jnp.bool_ else v.astype(leaf.dtype))
+        return jax.tree.unflatten(tree, outs)
+
+    return jax.jit(floor)
+
+
+def case_tcpo(env: Env, runner: Runner, batch: int, num_turns: int) -> None:
+    credax, peers, torch, jax = env.credax, env.peers, env.torch, env.jax
+    g_size = runner.cfg.group_size
+    params = {"B": batch, "K": num_turns, "group_size": g_size, "gamma": TCPO_GAMMA}
+    rng = np.random.default_rng(1000 * batch + num_turns)
+    ids = make_ids(rng, batch, g_size)
+    scores, turn_mask = make_turns(rng, batch, num_turns)
+    reference = peers.reference_tcpo(scores, turn_mask, ids, gamma=TCPO_GAMMA, eps=EPS)
+    s_j, m_j, ids_j = env.put(scores), env.put(turn_mask), env.put(ids)
+    g = credax.groups(ids_j)
+    order, unsort = contiguous_order(ids)
+    s_c, m_c = env.put(scores[order]), env.put(turn_mask[order])
+    c = credax.groups(ids[order], layout="contiguous", group_size=g_size)
+    opts = dict(TCPO_OPTIONS, gamma=TCPO_GAMMA)
+    adv = lambda out: as_numpy(out.advantages)
+    adv_c = lambda out: as_numpy(out.advantages)[unsort]
+    # What a training step pays: the call inside the step's jit, only the advantages used (XLA
+    # drops the intermediates the step does not read).
+    step = jax.jit(lambda s, m, g: credax.tcpo_advantages(s, m, g, **opts).advantages)
+    inputs = s_j.nbytes + m_j.nbytes + ids_j.nbytes
+    floor = tcpo_output_floor(env, jax.eval_shape(
+        lambda: credax.tcpo_advantages(s_j, m_j, g, **opts)))
+    impls = [
+        Impl("credax_raw_ids", env.jax_run(credax.tcpo_advantages, s_j, m_j, ids_j, **opts),
+             "credax tcpo_advantages, raw ids", adv, inputs),
+        Impl("credax_groups", env.jax_run(credax.tcpo_advantages, s_j, m_j, g, **opts),
+             "credax tcpo_advantages, precomputed Groups", adv, inputs),
+        Impl("credax_contiguous", env.jax_run(credax.tcpo_advantages, s_c, m_c, c, **opts),
+             "credax tcpo_advantages, contiguous layout promise", adv_c, s_j.nbytes + m_j.nbytes),
+        Impl("credax_contiguous_step", env.jax_run(step, s_c, m_c, c),
+             "in a jitted step, advantages only, contiguous layout", lambda o: as_numpy(o)[unsort],
+             s_j.nbytes + m_j.nbytes),
+        Impl("credax_raw_ids_step", lambda: jax.block_until_ready(step(s_j, m_j, credax.groups(ids_j))),
+             "in a jitted step, advantages only, raw ids", as_numpy, inputs),
+        Impl("output_floor", env.jax_run(floor, s_j, m_j),
+             "floor: the public call's 15 outputs written from its inputs, no work",
+             lambda out: reference, s_j.nbytes + m_j.nbytes),
+    ]
+    notes = []
+    if torch is not None:
+        s_t, m_t, ids_t = env.t(scores), env.t(turn_mask), env.t(ids.astype(np.int64))
+        impls.append(Impl(
+            "torch_turn_loop",
+            env.torch_run(peers.torch_tcpo_loop, s_t, m_t, ids_t, gamma=TCPO_GAMMA, eps=EPS),
+            "torch per-turn loop, cummax + scatter_add (TCPO reimplementations)", as_numpy,
+            inputs))
+    else:
+        notes.append(env.torch_note)
+    ratios = [("torch_turn_loop", "credax_raw_ids"), ("torch_turn_loop", "credax_groups"),
+              ("torch_turn_loop", "credax_contiguous"), ("torch_turn_loop", "credax_contiguous_step"),
+              ("torch_turn_loop", "credax_raw_ids_step"), ("credax_contiguous", "output_floor")]
+    runner.run_case("tcpo", params, batch * num_turns, "B·K", reference, impls, ratios,
+                    notes=notes)
+
+
+def _floor_impl(env: Env, src: np.ndarray):
+    """NumPy ``src.copy()`` on CPU; on an accelerator, a device-to-device copy of the same array."""
+    if env.jax_device.platform != "cpu":
+        if env.torch is not None and env.torch_device == "cuda":
+            src_t = env.t(src)
+            return env.torch_run(lambda: src_t.clone())
+        src_j = env.put(src)
+        copy = env.jax.jit(lambda x: x + 0.0)
+        return env.jax_run(copy, src_j)
+    return lambda: env.peers.copy_floor(src)
+
+
+def case_triage_broadcast(env: Env, runner: Runner, length: int) -> None:
+    credax, peers, torch = env.credax, env.peers, env.torch
+    batch, num_turns = runner.cfg.token_batch, runner.cfg.num_turns
+    params = {"B": batch, "K": num_turns, "T": length, "tokens": batch * length}
+    rng = np.random.default_rng(length)
+    _, turn_mask = make_turns(rng, batch, num_turns)
+    token_turn = make_token_turn(rng, turn_mask, length)
+    roles = rng.integers(-1, 4, size=(batch, num_turns)).astype(np.int32)
+    outcome = rng.standard_normal(batch).astype(np.float32)
+    turn_ref = peers.reference_triage(outcome, roles, turn_mask, lam=LAM, constants=TRIAGE_CONSTANTS)
+    reference = peers.reference_broadcast(turn_ref, token_turn)
+    src = reference.astype(np.float32)  # the floor copies a float32 [B, T] array
+    consts = np.asarray(TRIAGE_CONSTANTS, dtype=np.float32)
+
+    a_j, roles_j, m_j, tt_j = env.put(outcome), env.put(roles), env.put(turn_mask), env.put(token_turn)
+    turn_ref_j = env.put(turn_ref.astype(np.float32))
+    triage, broadcast = credax.triage_advantages, credax.broadcast_to_tokens
+    block = env.jax.block_until_ready
+
+    def credax_pipeline():
+        return block(broadcast(triage(a_j, roles_j, m_j, lam=LAM), tt_j))
+
+    pipe_in = a_j.nbytes + roles_j.nbytes + m_j.nbytes + tt_j.nbytes
+    impls = [
+        Impl("credax_triage_broadcast", credax_pipeline,
+             "credax triage_advantages + broadcast_to_tokens", as_numpy, pipe_in),
+        Impl("credax_broadcast", env.jax_run(credax.broadcast_to_tokens, turn_ref_j, tt_j),
+             "credax broadcast_to_tokens alone (turn values given)", as_numpy,
+             turn_ref_j.nbytes + tt_j.nbytes),
+        Impl("numpy_take", lambda: peers.numpy_triage_take(
+            outcome, roles, turn_mask, token_turn, LAM, consts), "NumPy lookup + take_along_axis",
+            as_numpy, pipe_in),
+    ]
+    notes = []
+    if torch is not None:
+        a_t, roles_t, m_t = env.t(outcome), env.t(roles.astype(np.int64)), env.t(turn_mask)
+        tt_t, c_t = env.t(token_turn.astype(np.int64)), env.t(consts)
+        impls.append(Impl("torch_gather", env.torch_run(
+            peers.torch_triage_gather, a_t, roles_t, m_t, tt_t, LAM, c_t),
+            "torch lookup + gather (int64 index)", as_numpy, pipe_in))
+    else:
+        notes.append(env.torch_note)
+    impls.append(Impl("copy_floor", _floor_impl(env, src), "floor: fresh float32 [B,T] copy",
+                      lambda out: reference, src.nbytes))  # a copy of the answer
+    # Diagnostic: the same one-read-one-write pass as an XLA program, i.e. through XLA's
+    # allocator (NumPy madvises huge pages for large arrays; XLA's buffers come from malloc).
+    src_j = env.put(src)
+    xla_double = env.jax.jit(lambda x: x * np.float32(2))
+    impls.append(Impl("xla_pass", env.jax_run(xla_double, src_j),
+                      "diagnostic: XLA x*2 into a fresh [B,T] buffer",
+                      lambda out: as_numpy(out) / 2, src.nbytes))
+    ratios = [("credax_triage_broadcast", "copy_floor"), ("torch_gather", "credax_triage_broadcast"),
+              ("credax_broadcast", "copy_floor"), ("numpy_take", "credax_triage_broadcast"),
+              ("credax_broadcast", "xla_pass"), ("xla_pass", "copy_floor")]
+    runner.run_case("triage_broadcast", params, batch * length, "tokens", reference, impls, ratios,
+                    notes=notes)
+
+
+def case_policy_loss(env: Env, runner: Runner, length: int) -> None:
+    credax, peers, jax = env.credax, env.peers, env.jax
+    batch, num_turns = runner.cfg.token_batch, runner.cfg.num_turns
+    params = {"B": batch, "K": num_turns, "T": length, "tokens": batch * length}
+    rng = np.random.default_rng(7 * length)
+    _, turn_mask = make_turns(rng, batch, num_turns)
+    token_turn = make_token_turn(rng, turn_mask, length)
+    turn_adv = np.where(turn_mask, rng.standard_normal((batch, num_turns)), 0).astype(np.float32)
+    token_adv = peers.reference_broadcast(turn_adv, token_turn).astype(np.float32)
+    mask = token_turn >= 0
+    old = (-rng.random((batch, length)) * 3).astype(np.float32)
+    logp = (old + 0.1 * rng.standard_normal((batch, length))).astype(np.float32)
+    reference = np.asarray(peers.reference_policy_loss(logp, old, token_adv, mask))
+
+    lp, od, mk = env.put(logp), env.put(old), env.put(mask)
+    ta, tv, tt = env.put(token_adv), env.put(turn_adv), env.put(token_turn)
+    loss = lambda out: np.asarray(out.loss)
+    base = lp.nbytes + od.nbytes + mk.nbytes
+    fwd = [
+        Impl("token_advantages", env.jax_run(credax.policy_loss, lp, od, ta, mk),
+             "policy_loss, precomputed [B,T] advantages", loss, base + ta.nbytes),
+        Impl("turn_advantages", env.jax_run(credax.policy_loss, lp, od, tv, mk, token_turn=tt),
+             "policy_loss, [B,K] advantages + token_turn (fused gather)", loss,
+             base + tv.nbytes + tt.nbytes),
+        Impl("broadcast_then_loss", lambda: jax.block_until_ready(
+            credax.policy_loss(lp, od, credax.broadcast_to_tokens(tv, tt), mk)),
+             "broadcast_to_tokens, then policy_loss (two calls, [B,T] in between)", loss,
+             base + tv.nbytes + tt.nbytes),
+    ]
+    runner.run_case("policy_loss", params, batch * length, "tokens", reference, fwd,
+                    [("turn_advantages", "token_advantages"),
+                     ("turn_advantages", "broadcast_then_loss")], rtol=1e-4, atol=1e-5)
+
+    # The same two losses differentiated w.r.t. logp (what a training step computes).
+    def value_and_grad(with_turns: bool):
+        if with_turns:
+            f = lambda lp, od, adv, mk, tt: credax.policy_loss(lp, od, adv, mk, token_turn=tt).loss
+        else:
+            f = lambda lp, od, adv, mk: credax.policy_loss(lp, od, adv, mk).loss
+        return jax.jit(jax.value_and_grad(f))
+
+    vg_token, vg_turn = value_and_grad(False), value_and_grad(True)
+    grads = [
+        Impl("token_advantages", env.jax_run(vg_token, lp, od, ta, mk),
+             "value_and_grad, precomputed [B,T] advantages", lambda out: np.asarray(out[0]),
+             base + ta.nbytes),
+        Impl("turn_advantages", env.jax_run(vg_turn, lp, od, tv, mk, tt),
+             "value_and_grad, [B,K] advantages + token_turn", lambda out: np.asarray(out[0]),
+             base + tv.nbytes + tt.nbytes),
+    ]
+    runner.run_case("policy_loss_grad", params, batch * length, "tokens", reference, grads,
+                    [("turn_advantages", "token_advantages")], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# the entry-point sweep
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """One public entry point with two same-shape inputs and, optionally, a changed
+    hyperparameter (numeric, so traced: changing it must not recompile)."""
+
+    name: str
+    fn: Any
+    args: tuple
+    args2: tuple
+    kwargs: dict
+    changed: dict | None = None
+    jitted: Any = "auto"
+
+    def call(self, args, kwargs=None):
+        return self.fn(*args, **(self.kwargs if kwargs is None else kwargs))
+
+
+def entry_points(env: Env, cfg: Config) -> list[Entry]:
+    """Every public entry point of credax, with inputs at the sweep size of ``cfg``."""
+    credax, jnp, put = env.credax, env.jnp, env.put
+    z = cfg.sweep
+    b, k, g_size, bt, t, m_alt = z["B"], z["K"], z["G"], z["Bt"], z["T"], z["M"]
+    rng = np.random.default_rng(2026)
+
+    def turn_data():
+        s, m = make_turns(rng, b, k)
+        ids = make_ids(rng, b, g_size)
+        return put(s), put(m), credax.groups(put(ids)), ids
+
+    def token_data():
+        _, m = make_turns(rng, bt, k)
+        tt = make_token_turn(rng, m, t)
+        old = (-rng.random((bt, t)) * 3).astype(np.float32)
+        lp = (old + 0.1 * rng.standard_normal((bt, t))).astype(np.float32)
+        v = np.where(m, rng.standard_normal((bt, k)), 0).astype(np.float32)
+        return put(lp), put(old), put(tt >= 0), put(tt), put(v), put(m)
+
+    d1, d2 = turn_data(), turn_data()
+    t1, t2 = token_data(), token_data()
+    out: list[Entry] = []
+
+    def add(name, fn, a1, a2, kwargs=None, changed=None, jitted="auto"):
+        out.append(Entry(name, fn, a1, a2, kwargs or {}, changed, jitted))
+
+    (s1, m1, g1, ids1), (s2, m2, g2, ids2) = d1, d2
+    r1, r2 = s1[:, 0], s2[:, 0]  # [B] rewards
+    add("groups (raw ids)", credax.groups, (put(ids1),), (put(ids2),),
+        jitted=credax._groups._representatives_jit)
+    order1, order2 = np.argsort(ids1, kind="stable"), np.argsort(ids2, kind="stable")
+    add("groups (contiguous, host ids)", credax.groups, (ids1[order1],), (ids2[order2],),
+        {"layout": "contiguous", "group_size": g_size}, jitted=None)
+    add("group_normalize", credax.group_normalize, (s1, g1, m1), (s2, g2, m2), {"eps": 1e-6},
+        {"eps": 1e-4})
+    add("group_mean", credax.group_mean, (s1, g1, m1), (s2, g2, m2))
+    add("group_count", credax.group_count, (g1, m1), (g2, m2))
+    add("peer_mean", credax.peer_mean, (s1, g1, m1), (s2, g2, m2))
+    add("grpo_advantages", credax.grpo_advantages, (r1, g1), (r2, g2), {"eps": 1e-6}, {"eps": 1e-4})
+    c1 = credax.groups(np.repeat(np.arange(b // g_size), g_size), layout="contiguous",
+                       group_size=g_size)
+    add("grpo_advantages (contiguous)", credax.grpo_advantages, (r1, c1), (r2, c1), {"eps": 1e-6},
+        {"eps": 1e-4})
+    add("rloo_advantages", credax.rloo_advantages, (r1, g1), (r2, g2))
+    add("gdpo_advantages", credax.gdpo_advantages, (s1[:, :3], g1), (s2[:, :3], g2),
+        {"weights": jnp.array([1.0, 0.5, 0.25])}, {"weights": jnp.array([0.2, 0.3, 0.5])})
+    add("degenerate_groups", credax.degenerate_groups, (r1, g1), (r2, g2))
+    add("best_prior", credax.best_prior, (s1, m1), (s2, m2), {"initial": 0.0}, {"initial": 0.1})
+    add("future_best", credax.future_best, (s1, m1), (s2, m2))
+    add("discount_weights", credax.discount_weights, (k,), (k,), {"gamma": 0.9}, {"gamma": 0.8},
+        jitted=None)
+    add("discounted_returns", credax.discounted_returns, (s1, m1), (s2, m2), {"gamma": 0.9},
+        {"gamma": 0.8})
+    add("retrospective_credit", credax.retrospective_credit, (s1, m1), (s2, m2),
+        {"progress_weight": 1.0}, {"progress_weight": 0.5})
+    add("hindsight_credit", credax.hindsight_credit, (s1, m1, g1), (s2, m2, g2),
+        {"success_threshold": 1.0}, {"success_threshold": 0.9})
+    alt1 = put(rng.random((b, k, m_alt), dtype=np.float32))
+    alt2 = put(rng.random((b, k, m_alt), dtype=np.float32))
+    am = put(rng.random((b, k, m_alt)) < 0.7)
+    add("counterfactual_credit", credax.counterfactual_credit, (s1, alt1, am), (s2, alt2, am))
+    add("select_top_surprisal", credax.select_top_surprisal, (s1, m1), (s2, m2), {"budget": 5})
+    add("tcpo_advantages", credax.tcpo_advantages, (s1, m1, g1), (s2, m2, g2),
+        {"gamma": 0.9, "hindsight_weight": 1.0}, {"gamma": 0.8, "hindsight_weight": 0.5})
+    add("tcpo_advantages (contiguous)", credax.tcpo_advantages, (s1, m1, c1), (s2, m2, c1),
+        {"gamma": 0.9, "hindsight_weight": 1.0}, {"gamma": 0.8, "hindsight_weight": 0.5})
+    add("raw_score_credit", credax.raw_score_credit, (s1, m1), (s2, m2))
+    add("adjacent_delta_credit", credax.adjacent_delta_credit, (s1, m1), (s2, m2),
+        {"initial": 0.0}, {"initial": 0.1})
+    roles1 = put(rng.integers(-1, 4, size=(b, k)).astype(np.int32))
+    roles2 = put(rng.integers(-1, 4, size=(b, k)).astype(np.int32))
+    add("role_credit", credax.role_credit, (roles1, m1), (roles2, m2),
+        {"constants": jnp.array(TRIAGE_CONSTANTS)}, {"constants": jnp.array([0.9, 0.4, 0.0, -0.4])})
+    add("triage_advantages", credax.triage_advantages, (r1, roles1, m1), (r2, roles2, m2),
+        {"lam": 0.2}, {"lam": 0.4})
+    add("scalar_process_advantages", credax.scalar_process_advantages, (r1, s1, m1), (r2, s2, m2),
+        {"lam": 0.2}, {"lam": 0.4})
+    add("fit_role_constants", credax.fit_role_constants, (s1, roles1, m1), (s2, roles2, m2))
+    add("optimal_mixing_weight", credax.optimal_mixing_weight, (s1, roles1, m1), (s2, roles2, m2))
+    add("judge_windows", credax.judge_windows, (m1,), (m2,), {"before": 5, "after": 5})
+    add("mt_grpo_advantages", credax.mt_grpo_advantages, (s1, r1, m1, g1), (s2, r2, m2, g2),
+        {"turn_coef": 1.0}, {"turn_coef": 0.5})
+    anchors1 = put(rng.integers(0, 8, size=(b, k)).astype(np.int32))
+    anchors2 = put(rng.integers(0, 8, size=(b, k)).astype(np.int32))
+    add("gigpo_advantages", credax.gigpo_advantages, (r1, s1, anchors1, m1, g1),
+        (r2, s2, anchors2, m2, g2), {"omega": 1.0}, {"omega": 0.5})
+    add("hgpo_advantages", credax.hgpo_advantages, (r1, s1, anchors1, m1, g1),
+        (r2, s2, anchors2, m2, g2), {"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5})
+    add("shrinkage_baseline", credax.shrinkage_baseline, (r1, g1), (r2, g2))
+    add("shrinkage_advantages", credax.shrinkage_advantages, (r1, g1), (r2, g2))
+    np_s, np_m = np.asarray(s1), np.asarray(m1)
+    add("validate_turns", credax.validate_turns, (np_s, np_m, ids1), (np.asarray(s2), np.asarray(m2), ids2),
+        jitted=None)
+    add("validate_roles", credax.validate_roles, (np.asarray(roles1), np_m),
+        (np.asarray(roles2), np.asarray(m2)), jitted=None)
+    labels = [["D", "E", "N", "R"][: 1 + i % 4] for i in range(min(b, 256))]
+    add("parse_roles", credax.parse_roles, (labels,), (labels,), {"num_turns": 4}, jitted=None)
+
+    (lp1, od1, mk1, tt1, v1, _), (lp2, od2, mk2, tt2, v2, _) = t1, t2
+    add("broadcast_to_tokens", credax.broadcast_to_tokens, (v1, tt1), (v2, tt2))
+    add("turn_surprisal", credax.turn_surprisal, (lp1, tt1), (lp2, tt2), {"num_turns": k})
+    add("kl_divergence", credax.kl_divergence, (lp1, od1), (lp2, od2), {"mask": mk1})
+    add("aggregate", credax.aggregate, (lp1, mk1), (lp2, mk2), {"mode": "token-mean"})
+    add("policy_loss ([B,T] advantages)", credax.policy_loss, (lp1, od1, lp1 - od1, mk1),
+        (lp2, od2, lp2 - od2, mk2), {"clip_low": 0.2}, {"clip_low": 0.1})
+    add("policy_loss ([B,K] + token_turn)", credax.policy_loss, (lp1, od1, v1, mk1),
+        (lp2, od2, v2, mk2), {"clip_low": 0.2, "token_turn": tt1},
+        {"clip_low": 0.1, "token_turn": tt1})
+    # value-based credit over [B, T] token steps (the token batch of the loss)
+    add("gae_advantages", credax.gae_advantages, (lp1, od1, mk1), (lp2, od2, mk2),
+        {"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9})
+    add("vapo_lambda", credax.vapo_lambda, (mk1,), (mk2,), {"alpha": 0.05}, {"alpha": 0.1})
+    add("turn_values", credax.turn_values, (od1, tt1), (od2, tt2), {"num_turns": k})
+    add("turn_gae_advantages", credax.turn_gae_advantages, (v1, od1, tt1, t1[5]),
+        (v2, od2, tt2, t2[5]), {"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9})
+    add("value_loss", credax.value_loss, (lp1, od1, lp1 - od1, mk1), (lp2, od2, lp2 - od2, mk2),
+        {"clip": 0.5}, {"clip": 0.2})
+    lb, lt, vocab, hid = z["LB"], z["LT"], z["V"], z["D"]
+    logits1 = put(rng.standard_normal((lb, lt, vocab), dtype=np.float32))
+    logits2 = put(rng.standard_normal((lb, lt, vocab), dtype=np.float32))
+    tok1 = put(rng.integers(0, vocab, size=(lb, lt)).astype(np.int32))
+    tok2 = put(rng.integers(0, vocab, size=(lb, lt)).astype(np.int32))
+    add("token_logprobs", credax.token_logprobs, (logits1, tok1), (logits2, tok2))
+    h1 = put(rng.standard_normal((lb, lt, hid), dtype=np.float32))
+    h2 = put(rng.standard_normal((lb, lt, hid), dtype=np.float32))
+    w = put(rng.standard_normal((hid, vocab), dtype=np.float32) / np.sqrt(hid))
+    add("token_logprobs_from_hidden", credax.token_logprobs_from_hidden, (h1, w, tok1), (h2, w, tok2),
+        {"chunk_size": max(1, lt // 4)})
+    covered = {e.fn for e in out}
+    missing = [n for n in credax.__all__ if inspect.isfunction(getattr(credax, n))
+               and getattr(credax, n) not in covered and n not in NOT_TIMED]
+    if missing:  # a new public function must get a sweep entry: say so in the report
+        print(f"NOTE: public functions without a sweep entry: {missing}")
+    return out
+
+
+def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "") -> list[dict]:
+    """Compile, recompile, steady time, bytes, roofline and memory of every entry point (or of
+    those whose name contains one of the comma-separated words of ``only``)."""
+    jax = env.jax
+    print(f"\n[sweep] every public entry point, sizes {cfg.sweep}")
+    words = [w.strip() for w in only.split(",") if w.strip()]
+    records = []
+    for e in entry_points(env, cfg):
+        if words and not any(w in e.name for w in words):
+            continue
+        jitted = getattr(e.fn, "jitted", None) if e.jitted == "auto" else e.jitted
+        gc.collect()
+        mem_before = device_memory()
+        rec = measure_compile(
+            e.name, jitted, lambda e=e: e.call(e.args), lambda e=e: e.call(e.args2),
+            None if e.changed is None else (lambda e=e: e.call(e.args2, {**e.kwargs, **e.changed})),
+            ", ".join(e.changed or {}), cfg=cfg,
+        )
+        mem_after = device_memory()
+        result = e.call(e.args)
+        jax.block_until_ready(result)
+        moved = nbytes(e.args) + nbytes(e.kwargs) + nbytes(result)
+        rec["bytes_moved"] = moved
+        rec["gb_per_s"] = moved / rec["steady_median_s"] / 1e9
+        rec["roofline_fraction"] = (moved / rec["steady_median_s"] / copy_bw) if copy_bw else None
+        rec["peak_bytes_in_use"] = None if mem_after is None else mem_after[1]
+        rec["bytes_in_use_before"] = None if mem_before is None else mem_before[0]
+        # XLA's accounting of the program (the sweep passes Groups, so `.jitted` takes the args
+        # as they are); host functions have none.
+        auto = getattr(e.fn, "jitted", None) is not None and e.jitted == "auto"
+        rec["compiled"] = compiled_memory(e.fn.jitted, *e.args, **e.kwargs) if auto else None
+        records.append(rec)
+    return records
+
+
+# ------------------------------------------------------------------------------------------------
+# targets
+# ------------------------------------------------------------------------------------------------
+
+
+def _find(cases, case, **params):
+    for rec in cases:
+        if rec["case"] == case and all(rec["params"].get(k) == v for k, v in params.items()):
+            return rec
+    return None
+
+
+def evaluate_targets(cases: list[dict], sweep: list[dict]) -> list[dict]:
+    """Issue 18's targets, each a ratio from this one run (``None`` where its case did not run)."""
+    targets = []
+
+    def ratio(name, case, params, key, op, threshold):
+        rec = _find(cases, case, **params)
+        value = None
+        if rec is not None and key in rec["ratios"]:
+            value = rec["ratios"][key]["median"]
+        met = None if value is None else (value <= threshold if op == "<=" else value >= threshold)
+        targets.append({"target": name, "case": case, "params": params, "ratio": key,
+                        "measured": value, "op": op, "threshold": threshold, "met": met})
+
+    t = {"B": 4096, "K": 16}
+    ratio("TCPO B=4096 K=16: torch turn loop / credax, contiguous layout (speed-up)", "tcpo", t,
+          "torch_turn_loop/credax_contiguous", ">=", 20.0)
+    ratio("TCPO B=4096 K=16: torch turn loop / credax in a jitted step, contiguous (speed-up)",
+          "tcpo", t, "torch_turn_loop/credax_contiguous_step", ">=", 20.0)
+    ratio("TCPO B=4096 K=16: torch turn loop / credax, raw ids (speed-up)", "tcpo", t,
+          "torch_turn_loop/credax_raw_ids", ">=", 5.0)
+    ratio("TCPO B=4096 K=16: torch turn loop / credax in a jitted step, raw ids (speed-up)",
+          "tcpo", t, "torch_turn_loop/credax_raw_ids_step", ">=", 5.0)
+    ratio("policy_loss 8M tokens: [B,K] turn advantages / [B,T] token advantages", "policy_loss",
+          {"T": 16384}, "turn_advantages/token_advantages", "<=", 1.25)
+    ratio("GRPO B=65536: credax (raw ids) / torch vectorised unique", "grpo", {"B": 65536},
+          "credax_raw_ids/torch_vectorized", "<=", 1.5)
+    ratio("GRPO B=65536: credax (Groups) / torch vectorised unique", "grpo", {"B": 65536},
+          "credax_groups/torch_vectorized", "<=", 1.0)
+    ratio("TRIAGE+broadcast 8M tokens: credax / copy floor", "triage_broadcast", {"T": 16384},
+          "credax_triage_broadcast/copy_floor", "<=", 2.5)
+    tc = [r for r in sweep if r["fn"] == "tcpo_advantages"]
+    value = tc[0]["compile_total_s"] if tc else None
+    targets.append({"target": "compile of tcpo_advantages (trace + lower + XLA), seconds",
+                    "case": "sweep", "measured": value, "op": "<=", "threshold": 0.5,
+                    "met": None if value is None else value <= 0.5,
+                    "cpu_s": tc[0]["first_call_cpu_s"] if tc else None})
+    recompiled = [r["fn"] for r in sweep if r["recompiled"]]
+    targets.append({"target": "no recompilation on a second call or a changed hyperparameter",
+                    "case": "sweep", "measured": recompiled, "op": "==", "threshold": [],
+                    "met": None if not sweep else not recompiled})
+    return targets

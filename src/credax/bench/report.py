@@ -1,0 +1,273 @@
+"""The report of a run: JSON (everything), a markdown table, and a plot.
+
+matplotlib is imported only by :func:`plot` (it is in the ``bench`` extra); without it the run
+writes the JSON and markdown and says that the plot was skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .harness import fmt_bytes, fmt_time
+
+
+def render_markdown(data: dict) -> str:
+    m = data["meta"]["machine"]
+    n = data["meta"]["threads"]
+    threads = "" if n is None else f", pinned to {n} CPU(s), torch threads = {n}"
+    lines = [
+        f"Command: `{data['meta']['command']}` — {data['meta']['date']}, "
+        f"preset `{data['meta']['preset']}`, device `{data['meta']['device']}` "
+        f"({m['device_kind']})"
+        f"{threads}"
+        f"{''.join(f', {k}={v}' for k, v in data['meta']['env'].items())}.",
+        f"Machine: {m['nproc']} CPUs (`nproc`), {m['cpu_model']}; load average at start "
+        f"{', '.join(f'{x:.2f}' for x in (m['load_average'] or []))}; Python {m['python']}, "
+        f"jax {m['jax']}, jaxlib {m['jaxlib']}, NumPy {m['numpy']}, torch {m['torch']} "
+        f"({m['torch_threads']} threads).",
+        "",
+        "Median time per call (interquartile range in brackets); ratios are medians of "
+        "per-repetition ratios, from this one run.",
+        "",
+    ]
+    cb = data.get("copy_bandwidth")
+    if cb:
+        lines += [f"Device copy (the roofline): {cb['mib']} MiB float32 read + written in "
+                  f"{fmt_time(cb['median_s'])}, **{cb['bytes_per_s'] / 1e9:.2f} GB/s**. A case's "
+                  "roofline fraction is (bytes of its inputs + outputs) / time / that bandwidth.", ""]
+    by_case: dict[str, list[dict]] = {}
+    for rec in data["cases"]:
+        by_case.setdefault(rec["case"], []).append(rec)
+    titles = {
+        "grpo": "GRPO advantages, groups of 8, shuffled sparse int32 ids",
+        "tcpo": "TCPO full pipeline (retrospective + hindsight + per-(prompt, turn) z-score, γ^k)",
+        "grpo_contiguous": "GRPO, contiguous layout",
+        "triage_broadcast": "TRIAGE turn advantages + broadcast to tokens (K = 16)",
+        "policy_loss": "policy_loss forward (token-mean clipped surrogate)",
+        "policy_loss_grad": "policy_loss value_and_grad w.r.t. logp",
+    }
+    for case, recs in by_case.items():
+        impls = []
+        for rec in recs:
+            for name in rec["results"]:
+                if name not in impls:
+                    impls.append(name)
+        lines.append(f"**{titles.get(case, case)}**")
+        lines.append("")
+        head = ["size"] + impls
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for rec in recs:
+            size = ", ".join(f"{k}={v}" for k, v in rec["params"].items()
+                             if k in ("B", "K", "T"))
+            row = [size]
+            for name in impls:
+                r = rec["results"].get(name)
+                row.append("—" if r is None else
+                           f"{fmt_time(r['median_s'])} [{fmt_time(r['q25_s'])}–{fmt_time(r['q75_s'])}]")
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        ratio_keys = []
+        for rec in recs:
+            for key in rec["ratios"]:
+                if key not in ratio_keys:
+                    ratio_keys.append(key)
+        if ratio_keys:
+            lines.append("| size | " + " | ".join(ratio_keys) + " |")
+            lines.append("|" + "---|" * (len(ratio_keys) + 1))
+            for rec in recs:
+                size = ", ".join(f"{k}={v}" for k, v in rec["params"].items()
+                                 if k in ("B", "K", "T"))
+                cells = []
+                for key in ratio_keys:
+                    v = rec["ratios"].get(key)
+                    cells.append("—" if v is None else f"{v['median']:.3g}×")
+                lines.append(f"| {size} | " + " | ".join(cells) + " |")
+            lines.append("")
+        roof = [(rec, name, r) for rec in recs for name, r in rec["results"].items()
+                if "roofline_fraction" in r]
+        if roof:
+            head = "Roofline (bytes of inputs + outputs / time, as a fraction of the copy): "
+            lines.append(head + "; ".join(
+                f"{', '.join(f'{k}={v}' for k, v in rec['params'].items() if k in ('B', 'K', 'T'))} "
+                f"{name} {r['roofline_fraction']:.2f} ({fmt_bytes(r['bytes_moved'])})"
+                for rec, name, r in roof if name.startswith(("credax", "copy", "output", "token", "turn"))))
+            lines.append("")
+        notes = [f"{rec['params']}: {n}" for rec in recs for n in rec["notes"]]
+        if notes:
+            lines += ["Notes: " + "; ".join(notes), ""]
+    if data["sweep"]:
+        lines += ["**Every public entry point (sweep sizes "
+                  + ", ".join(f"{k}={v}" for k, v in data["meta"]["sweep_sizes"].items())
+                  + "): compile (cold, after `jax.clear_caches()`), recompilation, steady time, "
+                  "bytes, roofline, memory**", "",
+                  "| entry point | compile (trace + lower + XLA) | first call wall / CPU | steady | "
+                  "compiles on 2nd call | on a changed hyperparameter | bytes moved | GB/s | of copy | "
+                  "XLA temp | peak device memory |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in data["sweep"]:
+            changed = r["compiles_on_changed_hyperparameter"]
+            changed = "—" if changed is None else f"{changed} ({r['changed_hyperparameter']})"
+            comp = r.get("compiled") or {}
+            roof = r.get("roofline_fraction")
+            peak = r["peak_bytes_in_use"]
+            lines.append(
+                f"| {r['fn']} | {fmt_time(r['compile_total_s'])} | {fmt_time(r['first_call_s'])} / "
+                f"{fmt_time(r['first_call_cpu_s'])} | {fmt_time(r['steady_median_s'])} | "
+                f"{r['compiles_on_second_call']} | {changed} | {fmt_bytes(r['bytes_moved'])} | "
+                f"{r['gb_per_s']:.2f} | {'—' if roof is None else f'{roof:.2f}'} | "
+                f"{fmt_bytes(comp.get('temp_size_in_bytes'))} | "
+                f"{'not reported' if peak is None else fmt_bytes(peak)} |")
+        lines.append("")
+    lines += ["**Targets**", "", "| target | measured | goal | met |", "|---|---|---|---|"]
+    for t in data["targets"]:
+        v = t["measured"]
+        if isinstance(v, float):
+            shown = f"{v:.3g}" + ("" if t["case"] == "sweep" else "×")
+        elif v is None:
+            shown = "not run"
+        else:
+            shown = str(v)
+        goal = f"{t['op']} {t['threshold']}"
+        met = {True: "yes", False: "**no**", None: "—"}[t["met"]]
+        lines.append(f"| {t['target']} | {shown} | {goal} | {met} |")
+    if data["skipped"]:
+        lines += ["", "Skipped: " + "; ".join(f"{s['case']} {s['params']}: {s['reason']}"
+                                            for s in data["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: dict, path: Path) -> bool:
+    """Four panels (GRPO, TCPO, TRIAGE + broadcast, the loss); ``False`` without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("grpo", "GRPO advantages (groups of 8, shuffled ids)", "B (trajectories)"),
+        ("tcpo", "TCPO full pipeline", "B·K (turn entries)"),
+        ("triage_broadcast", "TRIAGE + broadcast to tokens (B=512)", "B·T (tokens)"),
+        ("policy_loss", "policy_loss forward / value_and_grad", "B·T (tokens)"),
+    ]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 10))
+    colors = {}
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+    def color(name):
+        if name not in colors:
+            colors[name] = palette[len(colors) % len(palette)]
+        return colors[name]
+
+    for ax, (case, title, xlabel) in zip(axes.flat, panels, strict=True):
+        cases = [c for c in data["cases"] if c["case"] == case]
+        if case == "policy_loss":
+            cases += [c for c in data["cases"] if c["case"] == "policy_loss_grad"]
+        series: dict[tuple[str, str], list[tuple[int, float, float, float]]] = {}
+        for rec in cases:
+            variant = ""
+            if case == "tcpo":
+                variant = f"K={rec['params']['K']}"
+            if rec["case"] == "policy_loss_grad":
+                variant = "grad"
+            for name, r in rec["results"].items():
+                series.setdefault((name, variant), []).append(
+                    (rec["size"], r["median_s"], r["q25_s"], r["q75_s"]))
+        styles = ["-", "--", ":", "-."]
+        variants = sorted({v for _, v in series})
+        for (name, variant), pts in sorted(series.items()):
+            pts.sort()
+            x = [p[0] for p in pts]
+            y = [p[1] for p in pts]
+            lo = [p[1] - p[2] for p in pts]
+            hi = [p[3] - p[1] for p in pts]
+            label = name + (f" ({variant})" if variant else "")
+            ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=4, capsize=2,
+                        linestyle=styles[variants.index(variant) % len(styles)],
+                        color=color(name), label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("median time per call (s)")
+        ax.grid(True, which="both", alpha=0.3)
+        if series:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
+    m = data["meta"]["machine"]
+    fig.suptitle(f"credax speed vs peers — {m['device_kind']}, {m['nproc']} CPUs "
+                 f"({m['cpu_model']}), jax {m['jax']}, torch {m['torch']}"
+                 + (" — QUICK MODE" if data["meta"]["preset"] == "quick" else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write(data: dict, out_dir: Path, stem: str) -> dict[str, Path]:
+    """``stem.json``, ``stem.md`` and (with matplotlib) ``stem.png`` in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out_dir / f"{stem}.{ext}" for ext in ("json", "md", "png")}
+    paths["json"].write_text(json.dumps(data, indent=1) + "\n")
+    paths["md"].write_text(render_markdown(data))
+    if not plot(data, paths["png"]):
+        print("NOTE: matplotlib is not installed (pip install 'credax[bench]'): no plot written")
+        del paths["png"]
+    return paths
+
+
+
+
+def targets_markdown(runs: dict[str, dict]) -> str:
+    """The targets of several runs side by side (e.g. with and without huge pages), with the
+    roofline fractions of TCPO and of the broadcast and each run's command and machine state."""
+    labels = list(runs)
+    first = next(iter(runs.values()))
+    lines = ["| target | goal | " + " | ".join(labels) + " |",
+             "|---|---|" + "---|" * len(labels)]
+    for i, t in enumerate(first["targets"]):
+        cells = []
+        for label in labels:
+            v = runs[label]["targets"][i]["measured"]
+            met = runs[label]["targets"][i]["met"]
+            if isinstance(v, float):
+                shown = f"{v:.3g}" + ("" if t["case"] == "sweep" else "×")
+            elif v is None:
+                shown = "not run"
+            else:
+                shown = str(v) or "none"
+            cells.append(shown + ("" if met is None else (" ✓" if met else " ✗")))
+        lines.append(f"| {t['target']} | {t['op']} {t['threshold']} | " + " | ".join(cells) + " |")
+    lines += ["", "| roofline (bytes of inputs + outputs / time / device copy) | "
+              + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    rows = [("tcpo", {"B": 4096, "K": 16}, n) for n in
+            ("credax_contiguous", "credax_raw_ids", "credax_contiguous_step", "output_floor")]
+    rows += [("triage_broadcast", {"T": 16384}, n) for n in ("credax_broadcast", "copy_floor")]
+    for case, params, name in rows:
+        cells = []
+        for label in labels:
+            rec = next((c for c in runs[label]["cases"] if c["case"] == case and all(
+                c["params"].get(k) == v for k, v in params.items())), None)
+            r = None if rec is None else rec["results"].get(name)
+            cells.append("—" if r is None or "roofline_fraction" not in r else
+                         f"{r['roofline_fraction']:.2f} ({fmt_bytes(r['bytes_moved'])} in "
+                         f"{fmt_time(r['median_s'])})")
+        lines.append(f"| {case} {', '.join(f'{k}={v}' for k, v in params.items())} {name} | "
+                     + " | ".join(cells) + " |")
+    lines.append("")
+    for label in labels:
+        d = runs[label]
+        m = d["meta"]["machine"]
+        cb = d["copy_bandwidth"]
+        tunables = d["meta"]["env"].get("GLIBC_TUNABLES")
+        lines.append(f"- {label}: `{d['meta']['command']}` at {d['meta']['date']}"
+                     f"{', GLIBC_TUNABLES=' + tunables if tunables else ', no glibc tunables'}; "
+                     f"{m['nproc']} CPUs ({m['cpu_model']}), load average "
+                     f"{', '.join(f'{x:.1f}' for x in m['load_average'] or [])} at start (loaded: "
+                     f"other jobs shared the CPUs); device copy {cb['bytes_per_s'] / 1e9:.2f} GB/s.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,74 @@
+"""credax across hosts: two local processes under ``jax.distributed`` give the one-process results.
+
+Two CPU processes (4 devices each via ``--xla_force_host_platform_device_count=4``, gloo CPU
+collectives, coordinator on 127.0.0.1 at a free port) shard one global batch of 32 rows over the 8
+global devices so that every prompt has rollouts on both processes, and compute GRPO, TCPO, TRIAGE
+(whitened over the batch), the policy loss with a global normalizer, and GRPO / TCPO under the
+contiguous layout promise with one block spanning both processes. They must equal the same
+computation in this one process on unsharded arrays: exactly for the TCPO credit (maxima,
+selections, leave-one-out means of the same members) and up to float32 rounding (rtol 1e-6,
+atol 1e-6) for sums whose order the cross-process reduction may change.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import credax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import multiprocess_worker as worker  # noqa: E402
+
+WORKER = Path(__file__).resolve().parent / "multiprocess_worker.py"
+TIMEOUT_S = 300
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one_process(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), str(port), str(tmp_path)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    logs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=TIMEOUT_S)
+            logs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert all(p.returncode == 0 for p in procs), "\n---\n".join(log[-3000:] for log in logs)
+    got = dict(np.load(tmp_path / "multiprocess.npz"))
+
+    data = worker.global_batch()
+    import jax.numpy as jnp
+
+    arrays = {k: jnp.asarray(v) for k, v in data.items()}
+    arrays["normalizer"] = float((data["token_turn"] >= 0).sum())
+    want = {k: np.asarray(v) for k, v in worker.compute(credax, arrays).items()}
+    assert set(got) == set(want)
+    np.testing.assert_array_equal(got["tcpo_credit"], want["tcpo_credit"])
+    for name in ("grpo", "tcpo", "triage", "loss", "grpo_contiguous", "tcpo_contiguous"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
+    # the layout promise (one block of every row) against the general path, in one process
+    every = credax.groups(jnp.zeros(worker.BATCH, jnp.int32))
+    np.testing.assert_allclose(want["grpo_contiguous"],
+                               credax.grpo_advantages(arrays["rewards"], every), rtol=2e-6, atol=1e-6)
+    # The batch really mixes prompts across the two processes (rows 0-15 vs 16-31).
+    assert set(data["ids"][:16]) == set(data["ids"][16:])
+    assert np.any(want["grpo"] != 0) and np.any(want["tcpo"] != 0)
