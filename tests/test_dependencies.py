@@ -81,6 +81,8 @@ def test_each_optional_module_has_its_extra():
         module = _optional(path)
         if module is not None:
             needed = _module_level_imports([path]) - runtime
+            if module == "verl":  # verl itself is installed with --no-deps (see pyproject.toml)
+                needed -= {"verl"}
             assert needed <= _requirement_names(extras[OPTIONAL[module]]), path
     assert _requirement_names(extras["testing"]) == {"hypothesis"}
 
@@ -100,7 +102,7 @@ def test_dev_is_a_superset_of_every_light_extra():
     extras = _project()["optional-dependencies"]
     dev = _requirement_names(extras["dev"])
     for name, reqs in extras.items():
-        if name not in {"dev", "bench", "torch", "verl"}:
+        if name not in {"dev", "bench", "torch", "verl", "gpu"}:  # heavy or hardware-specific
             assert _requirement_names(reqs) <= dev, name
     assert "chex" in dev  # the compile-once tests count traces with chex.assert_max_traces
 
