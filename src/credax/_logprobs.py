@@ -169,8 +169,8 @@ def token_logprobs(
     backward — ``benchmarks/memory.py`` measures it; bfloat16 logits cost one float32 copy there,
     as the CPU backend upcasts bfloat16 arithmetic). The backward pass still produces the
     ``[B, T, V]`` gradient of the logits, as it must; to avoid holding logits at all, use
-    :func:`token_logprobs_from_hidden` with a ``chunk_size``. Differentiable in reverse mode (``grad``, ``vjp``); forward mode (``jvp``) is
-    not supported.
+    :func:`token_logprobs_from_hidden` with a ``chunk_size``. Differentiable in reverse mode
+    (``grad``, ``vjp``); forward mode (``jvp``) is not supported.
 
     No shift is applied: ``logits[:, t]`` scores ``tokens[:, t]``. For a causal language model,
     whose logits at position ``t`` predict the token at ``t + 1``, pass ``logits[:, :-1]`` and
