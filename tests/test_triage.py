@@ -225,15 +225,7 @@ def test_judge_windows_match_reference(batch, sides):
 # ------------------------------------------------------------------------------------------
 
 
-@given(turn_batches())
-def test_lambda_zero_is_grpo_broadcast(batch):
-    _, roles, mask, _ = batch
-    rewards = jnp.array(np.resize(np.array(VALUES, np.float32), mask.shape[0]))
-    ids = jnp.array(np.arange(mask.shape[0]) % 3 - 1, jnp.int32)
-    grpo = credax.grpo_advantages(rewards, ids)
-    out = credax.triage_advantages(grpo, roles, mask, lam=0.0)
-    expected = np.where(mask, np.asarray(grpo)[:, None], 0.0)
-    np.testing.assert_array_equal(np.asarray(out), expected)
+# Identities with other estimators (λ = 0, ω = 0, ...) live in tests/test_identities.py.
 
 
 @given(turn_batches(), st.sampled_from(LAMS))
