@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.test_util import check_grads
-from reference import losses as ref
 
 import credax
+from tests.reference import losses as ref
 
 MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
          "seq-mean-token-sum-norm")

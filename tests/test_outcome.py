@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import groups as ref
 
 import credax
 from credax import presets
+from tests.reference import groups as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
 # must not change while deprecated); the warnings themselves are tested in test_normalization.py.

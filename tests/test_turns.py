@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import groups as ref
 
 import credax
+from tests.reference import groups as ref
 
 GARBAGE = (math.nan, math.inf, -math.inf, 1e30)
 B, K, T = 4, 5, 12  # the property tests' shapes (one compiled program per function)

@@ -110,7 +110,7 @@ def _picked_logprobs(logits: jax.Array, tokens: jax.Array, mask: jax.Array | Non
     """
     num_classes = logits.shape[-1]
     in_range = (tokens >= 0) & (tokens < num_classes)
-    valid = jnp.ones(tokens.shape, bool) if mask is None else mask
+    valid = jnp.ones_like(tokens, dtype=bool) if mask is None else mask  # tokens' sharding
     safe = jnp.where(in_range & valid, tokens, jnp.zeros_like(tokens))
     lp = core(logits, safe, valid, inv_temp).astype(dtype)
     # An out-of-range token on a real position is a data bug: keep it visible as NaN.
@@ -397,7 +397,8 @@ def token_logprobs_from_hidden(
 
     num_chunks = -(-length // chunk_size)
     pad = num_chunks * chunk_size - length
-    valid = jnp.ones((batch, length), bool) if mask is None else mask
+    # ones_like keeps the tokens' sharding (an Explicit mesh's selects need it inside the scan).
+    valid = jnp.ones_like(tokens, dtype=bool) if mask is None else mask
     if pad:
         hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
         tokens = jnp.pad(tokens, ((0, 0), (0, pad)))

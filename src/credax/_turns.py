@@ -308,6 +308,9 @@ def next_valid(x: jax.Array, mask: jax.Array, init: jax.Array) -> jax.Array:
         x_t, m_t = col
         return jnp.where(m_t, x_t, carry), carry
 
+    # ``+ 0`` gives the carry the rows' sharding: under an Explicit mesh ``jnp.where`` needs its
+    # cases sharded alike, and an unsharded ``init`` (a default bootstrap) would not be.
+    init = init + jnp.zeros_like(x[:, 0])
     _, out = jax.lax.scan(step, init, (x.T, mask.T), reverse=True)
     return out.T
 
