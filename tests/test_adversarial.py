@@ -20,6 +20,9 @@ Shapes are small and repeated so the module compiles few programs.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -458,6 +461,212 @@ def _():
         out = credax.grpo_advantages(np.array([1e300, -1e300, 0.0]), np.zeros(3, np.int64))
         np.testing.assert_allclose(out, [1.0, -1.0, 0.0], atol=1e-12)
 
+
+
+# --------------------------------------------------------------------------------------------
+# Class 1 in the diagnostics, the rollout padding and the rollout files.
+# --------------------------------------------------------------------------------------------
+
+R6 = np.array([0.5, 0.0, 1.0, 1.0, 0.0, 0.0], np.float32)  # row 0 gets the bad value
+IDS6 = np.array([0, 0, 1, 1, 2, 2])
+for _bad in (NAN, INF, -INF):
+
+    def _p(bad=_bad):
+        # Groups [bad, 0], [1, 1], [0, 0]: the bad group is dead (as degenerate_groups calls it:
+        # no usable signal), the others are dead anyway -> 3/3; p includes the bad reward -> NaN.
+        r = R6.copy()
+        r[0] = bad
+        d = credax.dead_groups(r, IDS6)
+        assert float(d.fraction) == 1.0 and float(d.num_groups) == 3.0
+        assert np.isnan(float(d.expected))
+
+    probe(f"c1_dead_groups_valid_{_bad}")(_p)
+
+    def _p(bad=_bad):
+        # [bad, 0, 1] has spread among its finite members, yet it is no live group: counted dead.
+        # [1, 1, 0] is live -> fraction 1/2 (the bad value never makes a group look healthy).
+        r = np.array([bad, 0.0, 1.0, 1.0, 1.0, 0.0], np.float32)
+        d = credax.dead_groups(r, np.array([0, 0, 0, 1, 1, 1]))
+        assert float(d.fraction) == 0.5 and np.isnan(float(d.expected))
+
+    probe(f"c1_dead_groups_spread_group_{_bad}")(_p)
+
+    def _p(bad=_bad):
+        # Row 0 masked: groups [0] (a singleton: dead), [1, 1], [0, 0] -> fraction 1;
+        # p = 2/5, expected = (1 + (.4² + .6²) + (.4² + .6²)) / 3 = (1 + .52 + .52) / 3 = .68.
+        r = R6.copy()
+        r[0] = bad
+        d = credax.dead_groups(r, IDS6, np.array([False, True, True, True, True, True]))
+        assert float(d.fraction) == 1.0
+        np.testing.assert_allclose(float(d.expected), 0.68, rtol=1e-6)
+
+    probe(f"c1_dead_groups_masked_{_bad}")(_p)
+
+CREDIT = np.array([[1.0, -2.0, 7.0], [3.0, 9.0, 11.0]], np.float32)
+CREDIT_MASK = np.array([[True, True, False], [True, False, False]])
+CREDIT_ROLES = np.array([[0, 1, 2], [0, 3, 1]])
+for _bad in (NAN, INF, -INF):
+
+    def _p(bad=_bad):
+        # Turn 0 holds {bad, 3}: NaN mean and mean |credit|, count 2; turn 1 = {-2}; turn 2 empty.
+        c = CREDIT.copy()
+        c[0, 0] = bad
+        s = credax.credit_by_turn(c, CREDIT_MASK)
+        np.testing.assert_array_equal(s.mean, [NAN, -2.0, 0.0])
+        np.testing.assert_array_equal(s.mean_abs, [NAN, 2.0, 0.0])
+        np.testing.assert_array_equal(s.count, [2.0, 1.0, 0.0])
+
+    probe(f"c1_credit_by_turn_valid_{_bad}")(_p)
+
+    def _p(bad=_bad):
+        # Masked turns are never read: turn 0 = {1, 3} -> 2, turn 1 = {-2}, turn 2 empty.
+        c = CREDIT.copy()
+        c[0, 2] = c[1, 1] = c[1, 2] = bad
+        s = credax.credit_by_turn(c, CREDIT_MASK)
+        np.testing.assert_array_equal(s.mean, [2.0, -2.0, 0.0])
+        np.testing.assert_array_equal(s.mean_abs, [2.0, 2.0, 0.0])
+
+    probe(f"c1_credit_by_turn_masked_{_bad}")(_p)
+
+    def _p(bad=_bad):
+        # Counted turns: (0,0) role 0, (0,1) role 1, (1,0) role 0. The bad value is in role 0.
+        c = CREDIT.copy()
+        c[1, 0] = bad
+        s = credax.credit_by_role(c, CREDIT_ROLES, CREDIT_MASK)
+        np.testing.assert_array_equal(s.mean, [NAN, -2.0, 0.0, 0.0])
+        np.testing.assert_array_equal(s.mean_abs, [NAN, 2.0, 0.0, 0.0])
+        np.testing.assert_array_equal(s.count, [2.0, 1.0, 0.0, 0.0])
+
+    probe(f"c1_credit_by_role_valid_{_bad}")(_p)
+
+    def _p(bad=_bad):
+        # All turns valid; the bad values sit on an unlabeled (-1) and an unknown (7) turn, which
+        # are not counted: role 0 = {1, 3} -> 2; role 1 = {-2, 11} -> 4.5, |.| 6.5; role 3 = {}.
+        c = CREDIT.copy()
+        c[0, 2] = c[1, 1] = bad
+        roles = np.array([[0, 1, -1], [0, 7, 1]])
+        s = credax.credit_by_role(c, roles, np.ones((2, 3), bool))
+        np.testing.assert_array_equal(s.mean, [2.0, 4.5, 0.0, 0.0])
+        np.testing.assert_array_equal(s.mean_abs, [2.0, 6.5, 0.0, 0.0])
+        np.testing.assert_array_equal(s.count, [2.0, 2.0, 0.0, 0.0])
+
+    probe(f"c1_credit_by_role_uncounted_{_bad}")(_p)
+
+
+def _two_rollouts(**turn1):
+    good = credax.Rollout("p", [credax.Turn([1, 2], 0.5), credax.Turn([3], 1.0)])
+    return [good, credax.Rollout("q", [credax.Turn([4], **({"score": 0.2} | turn1))])]
+
+
+for _bad in (NAN, INF, -INF, np.float32(NAN), np.float64(-INF)):
+    for _field in ("score", "reward"):
+
+        def _p(bad=_bad, field=_field):
+            raises(ValueError, rf"rollouts\[1\]\.turns\[0\]\.{field}: must be finite",
+                   credax.pad_rollouts, _two_rollouts(**{field: bad}))
+
+        probe(f"c1_pad_rollouts_{_field}_{_bad!r}")(_p)
+
+    def _p(bad=_bad):
+        rollouts = [credax.Rollout("p", [credax.Turn([1], 0.5)], outcome=bad)]
+        raises(ValueError, r"rollouts\[0\]\.outcome: must be finite", credax.pad_rollouts, rollouts)
+
+    probe(f"c1_pad_rollouts_outcome_{_bad!r}")(_p)
+
+
+@probe("c1_pad_rollouts_nan_ids")
+def _():
+    # NaN != NaN: as a prompt or anchor id it would make a group of its own per row.
+    raises(ValueError, r"rollouts\[0\]\.prompt_id: NaN is not a usable id",
+           credax.pad_rollouts, [credax.Rollout(NAN, [credax.Turn([1], 0.5)])])
+    raises(ValueError, r"rollouts\[1\]\.turns\[0\]\.anchor: NaN is not a usable id",
+           credax.pad_rollouts, _two_rollouts(anchor=NAN))
+
+
+@probe("c1_layout_maps_back_exactly")
+def _():
+    # Rows: "p" (turns [1, 2] and [3]), "q" (turn [4]), then two padding rows (batch bucket 4).
+    # Values at real turns/tokens come back as given, NaN/inf included; padding never does.
+    padded = credax.pad_rollouts(_two_rollouts(), buckets=credax.Buckets(batch=(4,)))
+    layout = padded.layout
+    b, k, t = layout.shape
+    assert (b, k) == (4, 2) and t >= 3
+    turns = np.full((b, k), NAN)
+    turns[0] = [0.25, INF]
+    turns[1, 0] = -INF
+    out = layout.per_turn(turns)
+    np.testing.assert_array_equal(out[0], [0.25, INF])
+    np.testing.assert_array_equal(out[1], [-INF])
+    tokens = layout.per_token(turns)  # [B, K]: each action token gets its turn's value
+    np.testing.assert_array_equal(np.concatenate(tokens[0]), [0.25, 0.25, INF])
+    np.testing.assert_array_equal(np.concatenate(tokens[1]), [-INF])
+    per_tok = np.full((b, t), NAN)
+    per_tok[0, :3] = [1.0, NAN, 3.0]  # row "p": tokens 1, 2 | 3 (no prompt, no observation)
+    per_tok[1, 0] = 4.0
+    tokens = layout.per_token(per_tok)
+    np.testing.assert_array_equal(tokens[0][0], [1.0, NAN])
+    np.testing.assert_array_equal(tokens[0][1], [3.0])
+    np.testing.assert_array_equal(tokens[1][0], [4.0])
+    np.testing.assert_array_equal(layout.per_rollout(np.array([INF, 2.0, NAN, NAN])), [INF, 2.0])
+
+
+def _read_line(text, fmt="credax"):
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/x.jsonl"
+        with open(path, "w") as fh:
+            fh.write(text + "\n")
+        return credax.read_rollouts(path, format=fmt)
+
+
+for _lit in ("NaN", "Infinity", "-Infinity", "1e400"):  # Python's json reads all four (1e400: inf)
+
+    def _p(lit=_lit):
+        line = '{"prompt_id": 0, "turns": [{"action": [1], "score": 0.5, "reward": 1}]}'
+        for field, text in (
+            ("turns[0].score", line.replace('"score": 0.5', f'"score": {lit}')),
+            ("turns[0].reward", line.replace('"reward": 1', f'"reward": {lit}')),
+            ("outcome", line[:-1] + f', "outcome": {lit}}}'),
+        ):
+            raises(credax.RolloutFormatError, rf"x\.jsonl:1: field `{re.escape(field)}`: expected a "
+                   "finite number", _read_line, text)
+        raises(credax.RolloutFormatError, r"field `score`: expected a finite number", _read_line,
+               f'{{"input": "a", "output": "b", "score": {lit}, "step": 1}}', "verl")
+
+    probe(f"c1_read_rollouts_{_lit}")(_p)
+
+
+@probe("c1_read_meta_nan_is_carried_not_written")
+def _():
+    # meta is free-form and never read by credax: a NaN there is carried as read, and refused
+    # (naming the field) when written back, since JSON has no NaN.
+    rollouts = _read_line('{"prompt_id": 0, "turns": [{"action": [1], "score": 0.5}], "meta": {"x": NaN}}')
+    assert np.isnan(rollouts[0].meta["x"])
+    with tempfile.TemporaryDirectory() as d:
+        raises(ValueError, r"`rollouts\[0\]\.meta` must be JSON with finite numbers",
+               credax.write_rollouts, f"{d}/y.jsonl", rollouts)
+
+
+for _bad in (NAN, INF, -INF):
+
+    def _p(bad=_bad):
+        cases = {
+            "turns[0].score": _two_rollouts(score=bad),
+            "turns[0].reward": _two_rollouts(reward=bad),
+            "outcome": [_two_rollouts()[0], credax.Rollout("q", [credax.Turn([4], 0.2)], outcome=bad)],
+        }
+        with tempfile.TemporaryDirectory() as d:
+            path = f"{d}/w.jsonl"
+            for field, rollouts in cases.items():
+                raises(ValueError, rf"`rollouts\[1\]\.{re.escape(field)}` must be finite",
+                       credax.write_rollouts, path, rollouts)
+                assert not os.path.exists(path)  # nothing written, not even rollouts[0]
+            with open(path, "w") as fh:
+                fh.write("old\n")
+            raises(ValueError, "must be finite", credax.write_rollouts, path, cases["outcome"])
+            with open(path) as fh:
+                assert fh.read() == "old\n"  # an existing file is left as it was
+
+    probe(f"c1_write_rollouts_{_bad}")(_p)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import jit_public
-from ._groups import Groups, groups_from_keys, jit_grouped, prepare, segment_stats
+from ._groups import Groups, check_x_and_groups, groups_from_keys, jit_grouped, prepare, segment_stats
 
 
 class DeadGroups(NamedTuple):
@@ -46,7 +46,9 @@ def _per_group(x, index, num_groups, mask):
     """Count, mean and mean |x| of each of ``num_groups`` segments, as ``[num_groups]`` vectors.
 
     One masked dummy entry per segment is appended, so the per-entry statistics of the shared
-    primitive can be read at the dummies (an empty segment reads 0).
+    primitive can be read at the dummies (an empty segment reads 0). A segment holding a
+    non-finite valid value reads NaN in ``mean`` and ``mean_abs`` (the non-finite rule); its
+    ``count`` is unchanged.
     """
     dummies = jnp.arange(num_groups, dtype=index.dtype)
     x = jnp.concatenate([x, jnp.zeros((num_groups,), x.dtype)])
@@ -55,9 +57,11 @@ def _per_group(x, index, num_groups, mask):
     st = segment_stats(x, idx, num_groups, valid)
     abs_st = segment_stats(jnp.abs(x), idx, num_groups, valid)
     n = st.count[-num_groups:]
+    nan = jnp.full((num_groups,), jnp.nan, x.dtype)
+    bad = st.nonfinite[-num_groups:]  # the segment statistics leave the bad value out: say so
     mean = jnp.where(n > 0, st.mean_value()[-num_groups:], 0)  # set units -> units of x
     mean_abs = jnp.where(n > 0, abs_st.mean_value()[-num_groups:], 0)
-    return n, mean, mean_abs
+    return n, jnp.where(bad, nan, mean), jnp.where(bad, nan, mean_abs)
 
 
 @jit_grouped()
@@ -79,7 +83,10 @@ def dead_groups(
       mask: optional ``bool[B]``.
 
     Returns:
-      :class:`DeadGroups` ``(fraction, expected, num_groups)``, float32 scalars.
+      :class:`DeadGroups` ``(fraction, expected, num_groups)``, float32 scalars. A group holding
+      a NaN/±inf valid reward counts as dead (as :func:`credax.degenerate_groups` calls it:
+      no usable signal), and ``expected`` is then NaN (``p`` includes that reward). Masked
+      rewards are never read.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -98,9 +105,12 @@ def dead_groups(
     st = segment_stats(r, group_ids.index, group_ids.num_groups, mask)
     inv_n = _checks.safe_div(jnp.ones_like(st.count), st.count, mask & (st.count > 0))
     num = jnp.sum(inv_n)  # each prompt's rows add up to 1
-    dead = jnp.sum(jnp.where(st.constant, inv_n, 0))
+    # A group holding a non-finite valid reward is dead, as `degenerate_groups` calls it: it
+    # carries no usable signal (its advantages are NaN), whatever its finite members are.
+    dead = jnp.sum(jnp.where(st.constant | st.nonfinite, inv_n, 0))
     total = jnp.sum(mask, dtype=r.dtype)
     p = _checks.safe_div(jnp.sum(jnp.where(mask, r, 0)), total, total > 0)
+    p = jnp.where(jnp.isfinite(p), p, jnp.full_like(p, jnp.nan))  # p includes every valid reward
     expected_g = p ** st.count + (1 - p) ** st.count
     expected = jnp.sum(inv_n * expected_g)
     sg = jax.lax.stop_gradient
@@ -138,6 +148,7 @@ def anchor_hit_ratio(
     _checks.check_ndim(anchors, "anchor_ids", 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", anchors.shape)
     n = anchors.size
+    check_x_and_groups(anchors, group_ids, "anchor_ids")
     prompt = jnp.broadcast_to(group_ids.index[:, None], anchors.shape).reshape(n)
     flat_mask = turn_mask.reshape(n)
     g = groups_from_keys(prompt, anchors.reshape(n), valid=flat_mask)
@@ -153,6 +164,9 @@ def credit_by_turn(
     turn_mask: Bool[Array, "B K"],
 ) -> CreditSummary:
     """Credit summary per turn index: mean, mean ``|credit|`` and count over valid turns, ``[K]``.
+
+    A turn index with a NaN/±inf credit at a valid turn has NaN ``mean`` and ``mean_abs`` (its
+    ``count`` is unchanged); the other indices are as without it. Masked turns are never read.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -181,7 +195,9 @@ def credit_by_role(
 ) -> CreditSummary:
     """Credit summary per role code ``0..num_roles-1`` (TRIAGE roles by default), ``[R]``.
 
-    Unlabeled turns (``-1``) and codes outside ``[0, num_roles)`` are not counted.
+    Unlabeled turns (``-1``) and codes outside ``[0, num_roles)`` are not counted. A role with a
+    NaN/±inf credit at a counted turn has NaN ``mean`` and ``mean_abs`` (its ``count`` is
+    unchanged); the other roles are as without it. Masked and uncounted turns are never read.
 
     Examples:
       >>> import credax, jax.numpy as jnp

@@ -656,11 +656,38 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
                   constant, bad_g[index], own_nonfinite)
 
 
+def _block_max(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Maxima of two ``[B / G, G, ...]`` blocks over the ``G`` axis as one variadic reduction.
+
+    One kernel with its producers fused into it. (A single-operand ``jnp.max`` becomes, on CPU, a
+    library kernel whose inputs are each materialised by a kernel of their own: more kernels to
+    compile and to run.) Stop-gradient: the shift and the unit carry no gradient."""
+    sg = jax.lax.stop_gradient
+    neg_inf = jnp.array(-jnp.inf, dtype=a.dtype)
+    return jax.lax.reduce((sg(a), sg(b)), (neg_inf, neg_inf),
+                          lambda p, q: (jnp.maximum(p[0], q[0]), jnp.maximum(p[1], q[1])), (1,))
+
+
+@jax.custom_jvp
+def _block_sums(*cols: jax.Array) -> tuple[jax.Array, ...]:
+    """Sums of ``[B / G, G, ...]`` blocks over the ``G`` axis as one variadic reduction (see
+    :func:`_block_max`); the derivative is the sum of the tangents."""
+    zero = jnp.zeros((), cols[0].dtype)
+    return jax.lax.reduce(cols, (zero,) * len(cols),
+                          lambda p, q: tuple(u + v for u, v in zip(p, q, strict=True)), (1,))
+
+
+@_block_sums.defjvp
+def _block_sums_jvp(primals, tangents):
+    return _block_sums(*primals), tuple(jnp.sum(t, axis=1) for t in tangents)
+
+
 def _block_stats(x: jax.Array, group_size: int, mask: jax.Array) -> _Stats:
     """:func:`segment_stats` for the contiguous layout: a reshape to ``[B / G, G, ...]`` and
     reductions over the ``G`` axis (no scatter, no gather). The same non-finite rule, the same
     power-of-two set unit, shift and two-pass variance; the sums differ from the scatter's only by
-    float rounding (another summation order)."""
+    float rounding (another summation order). Three reductions in all (extremes; count, non-finite
+    count and sum; sum of squares), each one kernel."""
     sg = jax.lax.stop_gradient
     batch = x.shape[0]
     blocks = (batch // group_size, group_size)
@@ -670,17 +697,15 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array) -> _Stats:
     ok = mb & ~own_nonfinite
     xf = jnp.where(ok, xb, jnp.zeros_like(xb))
     neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
-    hi = jnp.max(jnp.where(ok, xf, neg_inf), axis=1, keepdims=True)
-    neg_lo = jnp.max(jnp.where(ok, -xf, neg_inf), axis=1, keepdims=True)
-    hi = sg(jnp.where(jnp.isfinite(hi), hi, jnp.zeros_like(hi)))
-    neg_lo = sg(jnp.where(jnp.isfinite(neg_lo), neg_lo, jnp.zeros_like(neg_lo)))
+    hi, neg_lo = _block_max(jnp.where(ok, xf, neg_inf), jnp.where(ok, -xf, neg_inf))
+    hi = sg(jnp.where(jnp.isfinite(hi), hi, jnp.zeros_like(hi)))[:, None]
+    neg_lo = sg(jnp.where(jnp.isfinite(neg_lo), neg_lo, jnp.zeros_like(neg_lo)))[:, None]
     e = _unit_exponent(jnp.maximum(jnp.abs(hi), jnp.abs(neg_lo)))
     one = jnp.ones((), x.dtype)
     unit, inv_unit = jnp.ldexp(one, e), jnp.ldexp(one, -e)
     shifted = jnp.where(ok, xf * inv_unit - hi * inv_unit, jnp.zeros_like(xb))
-    count = jnp.sum(mb, axis=1, keepdims=True, dtype=x.dtype)
-    bad = jnp.sum(own_nonfinite, axis=1, keepdims=True, dtype=x.dtype)
-    total = jnp.sum(shifted, axis=1, keepdims=True)
+    count, bad, total = (v[:, None] for v in _block_sums(
+        mb.astype(x.dtype), own_nonfinite.astype(x.dtype), shifted))
     finite_count = count - bad
     mean = _checks.safe_div(total, finite_count, finite_count > 0)
     centred = jnp.where(ok, shifted - mean, jnp.zeros_like(xb))

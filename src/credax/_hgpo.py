@@ -25,6 +25,7 @@ from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
 from ._groups import (
     Groups,
     Normalization,
+    check_x_and_groups,
     groups_from_keys,
     jit_grouped,
     normalize_with_groups,
@@ -180,6 +181,7 @@ def hgpo_advantages(
 
     g = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
     g_flat = g.reshape(n)
+    check_x_and_groups(s, group_ids, "step_rewards")
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
     base = Normalization(scale=scale, eps=eps)  # checks `scale` as every estimator does
 

@@ -274,37 +274,53 @@ def read_rollouts(
     return out
 
 
-def _jsonable_key(value):
+def _jsonable_key(value, field: str):
     if isinstance(value, tuple):
-        return [_jsonable_key(v) for v in value]
+        return [_jsonable_key(v, f"{field}[{j}]") for j, v in enumerate(value)]
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    raise TypeError(f"ids written to credax JSONL must be strings, ints or tuples of those; got "
-                    f"{type(value).__name__} {value!r}.")
+    raise TypeError(f"`{field}`: ids written to credax JSONL must be strings, ints or tuples of "
+                    f"those; got {type(value).__name__} {value!r}.")
 
 
-def _rollout_json(rollout: Rollout) -> dict:
+def _json_number(value, field: str) -> float:
+    """A score, reward or outcome as a finite float: JSON has no NaN or inf."""
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"`{field}` must be finite to be written (JSON has no NaN or inf); got "
+                         f"{value}.")
+    return value
+
+
+def _rollout_json(rollout: Rollout, where: str) -> dict:
     """One rollout as the JSON object of the credax schema (the inverse of reading a line)."""
-    obj: dict[str, Any] = {"prompt_id": _jsonable_key(rollout.prompt_id)}
+    obj: dict[str, Any] = {"prompt_id": _jsonable_key(rollout.prompt_id, f"{where}.prompt_id")}
     if len(rollout.prompt):
         obj["prompt"] = [int(x) for x in rollout.prompt]
     turns = []
-    for t in rollout.turns:
-        turn: dict[str, Any] = {"action": [int(x) for x in t.action], "score": float(t.score)}
+    for k, t in enumerate(rollout.turns):
+        tw = f"{where}.turns[{k}]"
+        turn: dict[str, Any] = {"action": [int(x) for x in t.action],
+                                "score": _json_number(t.score, f"{tw}.score")}
         if len(t.observation):
             turn["observation"] = [int(x) for x in t.observation]
         if t.role is not None:
             turn["role"] = t.role if isinstance(t.role, str) else int(t.role)
         if t.reward:
-            turn["reward"] = float(t.reward)
+            turn["reward"] = _json_number(t.reward, f"{tw}.reward")
         if t.anchor is not None:
-            turn["anchor"] = _jsonable_key(t.anchor)
+            turn["anchor"] = _jsonable_key(t.anchor, f"{tw}.anchor")
         turns.append(turn)
     obj["turns"] = turns
     if rollout.outcome is not None:
-        obj["outcome"] = float(rollout.outcome)
+        obj["outcome"] = _json_number(rollout.outcome, f"{where}.outcome")
     meta = {k: v for k, v in rollout.meta.items() if k != "source"}
     if meta:
+        try:
+            json.dumps(meta, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"`{where}.meta` must be JSON with finite numbers to be written: "
+                            f"{err}.") from None
         obj["meta"] = meta
     return obj
 
@@ -312,10 +328,17 @@ def _rollout_json(rollout: Rollout) -> dict:
 def write_rollouts(path: str | os.PathLike, rollouts: Iterable[Rollout]) -> None:
     """Write rollouts as credax JSONL (one line each; ``meta["source"]`` is not written).
 
+    Every rollout is checked and serialised before the file is opened, so a rollout that cannot
+    be written leaves no partial file behind.
+
     Raises:
-      TypeError: an id that JSON cannot carry exactly (anything but strings, ints, tuples).
-      ValueError: a non-finite score, reward or outcome (JSON has no NaN).
+      TypeError: an id that JSON cannot carry exactly (anything but strings, ints, tuples), a
+        ``meta`` JSON cannot carry; the message names the field (``rollouts[i].prompt_id``).
+      ValueError: a non-finite score, reward or outcome, or a NaN/inf in ``meta`` (JSON has no
+        NaN); the message names the field (``rollouts[i].turns[k].score``).
     """
+    lines = [json.dumps(_rollout_json(r, f"rollouts[{i}]"), ensure_ascii=False, allow_nan=False)
+             for i, r in enumerate(rollouts)]
     with open(path, "w", encoding="utf-8") as fh:
-        for r in rollouts:
-            fh.write(json.dumps(_rollout_json(r), ensure_ascii=False, allow_nan=False) + "\n")
+        for line in lines:
+            fh.write(line + "\n")

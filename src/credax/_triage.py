@@ -125,7 +125,7 @@ def role_credit(
     roles: Int[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    constants: Float[Array, " 4"] | Sequence[float] = TRIAGE_ROLE_CONSTANTS,
+    constants: Float[Array, " 4"] | Sequence[float | Float[Array, ""]] = TRIAGE_ROLE_CONSTANTS,
 ) -> Float[Array, "B K"]:
     """Per-turn role credit: ``c[ρ_{i,k}]``, ``0`` for unlabeled or padded turns.
 
@@ -172,7 +172,7 @@ def triage_advantages(
     turn_mask: Bool[Array, "B K"],
     *,
     lam: float | Float[Array, ""] = 0.2,
-    constants: Float[Array, " 4"] | Sequence[float] = TRIAGE_ROLE_CONSTANTS,
+    constants: Float[Array, " 4"] | Sequence[float | Float[Array, ""]] = TRIAGE_ROLE_CONSTANTS,
     whiten: bool = False,
     whiten_eps: float | Float[Array, ""] = 1e-8,
 ) -> Float[Array, "B K"]:
@@ -388,7 +388,7 @@ def optimal_mixing_weight(
     roles: Int[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    constants: Float[Array, " 4"] | Sequence[float] = TRIAGE_ROLE_CONSTANTS,
+    constants: Float[Array, " 4"] | Sequence[float | Float[Array, ""]] = TRIAGE_ROLE_CONSTANTS,
 ) -> Float[Array, ""]:
     """The ``λ`` that best fits the residual with fixed constants: ``λ* = Σ c_ρ δ / Σ c_ρ²``.
 

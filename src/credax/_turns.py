@@ -32,17 +32,25 @@ def prepare_turns(scores, turn_mask, name: str = "scores"):
     return scores.astype(_checks.compute_dtype(scores.dtype)), turn_mask, out_dtype
 
 
+# Up to this many turns the running maxima are one ``lax.cummax`` window (see running_max).
+_CUMMAX_TURNS = 32
+
+
 def running_max(x: jax.Array, *, reverse: bool = False) -> jax.Array:
     """Cumulative maximum along the turn axis of ``x[B, K]`` (from the end when ``reverse``).
 
-    Doubling steps (Hillis-Steele): ``x = max(x, x shifted by d)`` for ``d = 1, 2, 4, ...`` — ``⌈log₂ K⌉``
-    elementwise passes that XLA fuses, with no loop. ``lax.cummax`` lowers on CPU to a K-wide
-    sliding window (O(K²) per row), and a ``lax.scan`` over turns to a while loop whose K
-    iterations each launch their own kernels; the doubling passes are fewer launches than either.
+    Up to ``_CUMMAX_TURNS`` turns, ``lax.cummax``: on CPU a K-wide sliding window (O(K²) per row,
+    at most 32 compares per entry), compiled as one or two kernels. Beyond, doubling steps
+    (Hillis-Steele): ``x = max(x, x shifted by d)`` for ``d = 1, 2, 4, ...`` — ``⌈log₂ K⌉``
+    elementwise passes with no loop, but each pass a kernel of its own (XLA does not fuse a value
+    read at two offsets), which costs more to compile and to launch than the window at small K.
+    A ``lax.scan`` over turns would be a while loop whose K iterations each launch kernels.
     Results are bit-identical to a sequential scan (max is exact and associative).
     """
-    lowest = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
     turns = x.shape[1]
+    if turns <= _CUMMAX_TURNS:
+        return jax.lax.cummax(x, axis=1, reverse=reverse)
+    lowest = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
     d = 1
     while d < turns:
         if reverse:

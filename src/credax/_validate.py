@@ -104,7 +104,7 @@ def validate_turns(
       >>> credax.validate_turns(np.array([[0.0, 1.0]]), np.array([[False, True]]), np.array([3]))
       Traceback (most recent call last):
       ...
-      ValueError: `turn_mask` must be prefix-contiguous (valid turns first, then padding); row 0 has a valid turn at index 1 after a padded turn at index 0.
+      ValueError: `turn_mask` must be prefix-contiguous (valid turns first, then padding); row 0 has ...
     """
     s = host_array(scores, "scores")
     if s.dtype == object or not (np.issubdtype(s.dtype, np.floating) or np.issubdtype(s.dtype, np.integer)):
