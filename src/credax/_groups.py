@@ -541,8 +541,9 @@ def resolve_normalization(keys: tuple[str, ...] = NORMALIZE_KEYS):
 
     Runs on the host before tracing: explicitly passed keywords override the fields of
     ``normalization`` (default :class:`Normalization`), deprecated spellings warn on every call,
-    and the compiled body receives one ``Normalization`` (the keywords themselves become ``None``,
-    so raw keywords and an equal ``Normalization`` share a compiled program).
+    and the compiled body receives one ``Normalization``. The keywords themselves are dropped from
+    the call (the body sees its unused defaults, which its annotations accept), so raw keywords
+    and an equal ``Normalization`` share a compiled program.
     """
 
     def prepare(arguments, passed) -> None:
@@ -550,7 +551,7 @@ def resolve_normalization(keys: tuple[str, ...] = NORMALIZE_KEYS):
         changes = {k: arguments[k] for k in keys if k in passed}
         arguments["normalization"] = base.replace(**changes) if changes else base
         for k in keys:
-            arguments[k] = None
+            arguments.pop(k, None)
 
     return prepare
 
