@@ -635,27 +635,23 @@ def test_gradient_matches_reference_finite_differences():
 # --------------------------------------------------------------------------------------------
 
 
-def test_compiles_once():
+def test_compiles_once(traced_once):
     rng = np.random.default_rng(5)
-    b = 23  # a batch size no other test uses
+    b = 23
     ids = rng.integers(-5, 5, size=b)
-    fns = {
-        "group_normalize": lambda x, i, m, e: credax.group_normalize(x, i, m, eps=e),
-        "group_mean": lambda x, i, m, e: credax.group_mean(x, i, m),
-        "peer_mean": lambda x, i, m, e: credax.peer_mean(x, i, m),
-        "group_count": lambda x, i, m, e: credax.group_count(i, m),
+    calls = {
+        credax.group_normalize: lambda f, x, i, m, e: f(x, i, m, eps=e),
+        credax.group_mean: lambda f, x, i, m, e: f(x, i, m),
+        credax.peer_mean: lambda f, x, i, m, e: f(x, i, m),
+        credax.group_count: lambda f, x, i, m, e: f(i, m),
     }
-    for name, fn in fns.items():
-        jitted = getattr(credax, name).jitted
-        before = jitted._cache_size()
-        fn(rng.normal(size=b).astype(np.float32), ids, rng.random(b) < 0.7, 1e-6)
-        first = jitted._cache_size()
-        assert first - before <= 1
+    for public, call in calls.items():
+        f = traced_once(public)  # its body traced more than once raises AssertionError
+        call(f, rng.normal(size=b).astype(np.float32), ids, rng.random(b) < 0.7, 1e-6)
         # New values, new ids, a precomputed Groups, a new (traced) eps: no retrace.
-        fn(rng.normal(size=b).astype(np.float32), rng.integers(-99, 99, size=b),
-           rng.random(b) < 0.2, 1e-3)
-        fn(rng.normal(size=b).astype(np.float32), credax.groups(ids), rng.random(b) < 0.5, 0.0)
-        assert jitted._cache_size() == first, name
+        call(f, rng.normal(size=b).astype(np.float32), rng.integers(-99, 99, size=b),
+             rng.random(b) < 0.2, 1e-3)
+        call(f, rng.normal(size=b).astype(np.float32), credax.groups(ids), rng.random(b) < 0.5, 0.0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -458,27 +458,23 @@ def test_gradients_finite_on_degenerate_batches():
                 assert np.all(np.isfinite(grad))
 
 
-def test_compiles_once():
+def test_compiles_once(traced_once):
     rng = np.random.default_rng(0)
-    b = 29  # a batch size no other test uses
+    b = 29
     ids = rng.integers(0, 6, size=b)
     calls = {
-        credax.grpo_advantages: lambda r, i, e, w: credax.grpo_advantages(r, i, eps=e),
-        credax.rloo_advantages: lambda r, i, e, w: credax.rloo_advantages(r, i),
-        credax.gdpo_advantages: lambda r, i, e, w: credax.gdpo_advantages(
-            np.stack([r, -r], 1), i, weights=w, eps=e),
-        credax.degenerate_groups: lambda r, i, e, w: credax.degenerate_groups(r, i),
+        credax.grpo_advantages: lambda f, r, i, e, w: f(r, i, eps=e),
+        credax.rloo_advantages: lambda f, r, i, e, w: f(r, i),
+        credax.gdpo_advantages: lambda f, r, i, e, w: f(np.stack([r, -r], 1), i, weights=w, eps=e),
+        credax.degenerate_groups: lambda f, r, i, e, w: f(r, i),
     }
-    for fn, call in calls.items():
-        before = fn.jitted._cache_size()
-        call(rng.normal(size=b).astype(np.float32), ids, 1e-6, np.ones(2, np.float32))
-        first = fn.jitted._cache_size()
-        assert first - before <= 1
-        call(rng.normal(size=b).astype(np.float32), rng.integers(-50, 50, size=b), 1e-4,
+    for public, call in calls.items():
+        f = traced_once(public)  # its body traced more than once raises AssertionError
+        call(f, rng.normal(size=b).astype(np.float32), ids, 1e-6, np.ones(2, np.float32))
+        call(f, rng.normal(size=b).astype(np.float32), rng.integers(-50, 50, size=b), 1e-4,
              np.array([0.5, 2.0], np.float32))
-        call(rng.normal(size=b).astype(np.float32), credax.groups(ids), 0.0,
+        call(f, rng.normal(size=b).astype(np.float32), credax.groups(ids), 0.0,
              np.array([3.0, 2.0], np.float32))
-        assert fn.jitted._cache_size() == first, fn.__name__
 
 
 # --------------------------------------------------------------------------------------------
