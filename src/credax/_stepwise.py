@@ -63,7 +63,7 @@ def mt_grpo_advantages(
     ``MTGRPOEnvTrainer._assign_advantages``) is fixed at two turns: tokens of the first turn get
     ``Â^O + λ·Â^T`` from one scalar turn reward per rollout, later tokens ``Â^O``. That is this
     function with ``K = 2``, ``turn_rewards[:, 1]`` constant (a constant set normalises to exactly
-    ``0``) and ``**credax.presets.TRL`` (unbiased std, ``+1e-4``). Here every turn index gets its
+    ``0``) and ``normalization=credax.presets.TRL`` (unbiased std, ``+1e-4``). Here every turn index gets its
     own normalised turn reward, the per-turn-index form the paper's v2 describes; the code's
     fallback (rows without a tool result get the advantage of the summed reward) is not
     reproduced — give such rows their own mask.
