@@ -30,7 +30,7 @@ SIZES = [(64, 4), (64, 8), (256, 8), (256, 16), (1024, 8)]
 def _advantages(r, ids):
     return {
         "none": r,
-        "dr_grpo": credax.grpo_advantages(r, ids, scale=False),
+        "dr_grpo": credax.grpo_advantages(r, ids, scale="none"),
         "rloo": credax.rloo_advantages(r, ids),
         "shrinkage": credax.shrinkage_advantages(r, ids),
         "shrinkage_loo": credax.shrinkage_advantages(r, ids, leave_one_out=True),

@@ -47,9 +47,9 @@ def main() -> None:
     g = credax.groups(GROUP_IDS)  # densify once, reuse everywhere below
     columns = {
         "GRPO": credax.grpo_advantages(outcome, g),
-        "verl": credax.grpo_advantages(outcome, g, **credax.presets.VERL),
-        "TRL": credax.grpo_advantages(outcome, g, **credax.presets.TRL),
-        "Dr.GRPO": credax.grpo_advantages(outcome, g, scale=False),
+        "verl": credax.grpo_advantages(outcome, g, normalization=credax.presets.VERL),
+        "TRL": credax.grpo_advantages(outcome, g, normalization=credax.presets.TRL),
+        "Dr.GRPO": credax.grpo_advantages(outcome, g, scale="none"),
         "RLOO": credax.rloo_advantages(outcome, g),
         "degen.": credax.degenerate_groups(outcome, g),
     }

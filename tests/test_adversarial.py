@@ -19,6 +19,7 @@ Shapes are small and repeated so the module compiles few programs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -49,6 +50,14 @@ def probe(name: str):
 def raises(exc, match: str, fn, *args, **kwargs):
     with pytest.raises(exc, match=match):
         fn(*args, **kwargs)
+
+
+def deprecated(options):
+    """``pytest.warns`` for an options dict holding a deprecated spelling (center=False,
+    singleton="center": they still work, and warn), else a null context."""
+    if options.get("center") is False or options.get("singleton") == "center":
+        return pytest.warns(DeprecationWarning, match="is deprecated")
+    return contextlib.nullcontext()
 
 
 def nan_exactly(out, expected):
@@ -92,9 +101,11 @@ for _label, _options in NORMALIZE_OPTIONS.items():
             # [1, 0] is exactly what it is without the bad value (the issue's bug: ±5000 there).
             r = R4.copy()
             r[0] = bad
-            out = credax.grpo_advantages(r, IDS4, **options)
+            with deprecated(options):
+                out = credax.grpo_advantages(r, IDS4, **options)
+                clean = credax.grpo_advantages(CLEAN4, IDS4, **options)
             nan_exactly(out, GROUP0)
-            same_where(out, credax.grpo_advantages(CLEAN4, IDS4, **options), ~GROUP0)
+            same_where(out, clean, ~GROUP0)
 
         probe(f"c1_grpo_{_label}_{_bad}")(_p)
 
@@ -107,8 +118,9 @@ def _():
 
 @probe("c1_uncentred_unscaled_only_itself")
 def _():
-    # center=False, scale=False uses no statistic: x passes through, the NaN stays where it is.
-    out = credax.group_normalize(R4, IDS4, center=False, scale=False)
+    # center=False, scale="none" uses no statistic: x passes through, the NaN stays where it is.
+    with pytest.warns(DeprecationWarning, match="`center=False` is deprecated"):
+        out = credax.group_normalize(R4, IDS4, center=False, scale="none")
     nan_exactly(out, [True, False, False, False])
 
 
@@ -116,8 +128,9 @@ def _():
 def _():
     # A NaN singleton is its own set: NaN under every singleton mode (never the "0" that hides it).
     for mode in ("zero", "raw", "center"):
-        out = credax.group_normalize(np.array([NAN, 1.0, 0.0], np.float32), np.array([5, 6, 6]),
-                                     singleton=mode)
+        with deprecated(dict(singleton=mode)):
+            out = credax.group_normalize(np.array([NAN, 1.0, 0.0], np.float32),
+                                         np.array([5, 6, 6]), singleton=mode)
         nan_exactly(out, [True, False, False])
 
 

@@ -32,6 +32,7 @@ SPEC_NAMES = {
 ADDITIONS = {
     "PolicyMetrics",  # the metrics NamedTuple of PolicyLoss
     "validate_rewards", "validate_alternatives",  # eager checks of [B] rewards and alternatives (#13)
+    "Normalization",  # issue 12: the one normalisation options object
 }
 # Issue 15's estimators (documented in docs/guides/estimators.md), listed by hand from the issue.
 ESTIMATORS = {

@@ -57,7 +57,8 @@ def test_matches_reference_loop():
         outcome, steps, anchors, mask, ids = random_hgpo_batch(rng, dyadic=case % 2 == 0)
         kw = dict(history=int(rng.integers(0, 3)), gamma=float(rng.choice([0.5, 0.95])),
                   alpha=float(rng.choice([0.0, 1.0, 2.0])), episode_group=bool(case % 3 == 0),
-                  episode_pooling=["trajectory", "step"][case % 2], scale=bool(case % 4 != 1),
+                  episode_pooling=["trajectory", "step"][case % 2],
+                  scale="group" if case % 4 != 1 else "none",
                   ddof=int(case % 5 == 0))
         got = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw)
         adv, levels, inform = ref.hgpo(outcome, steps, anchors, mask, ids, **kw)
@@ -75,7 +76,7 @@ def verl_agent_max_diff(cases=200, seed=1):
         base_group = case % 2 == 1
         mode = "mean_norm" if case % 3 == 2 else "mean_std_norm"
         kw = dict(credax.presets.HGPO_VERL_AGENT, gamma=0.5, episode_group=base_group,
-                  scale=mode == "mean_std_norm")
+                  scale="group" if mode == "mean_std_norm" else "none")
         got = np.asarray(credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw).advantages)
         g = ref.discounted_returns(steps, mask, 0.5)
         rows = [(b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if mask[b, t]]

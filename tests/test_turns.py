@@ -327,27 +327,24 @@ def test_vmap_over_extra_axis_equals_loop(cases):
                                        err_msg=name)
 
 
-def test_compiles_once():
+def test_compiles_once(traced_once):
     rng = np.random.default_rng(2)
-    b, k, t = 3, 11, 17  # shapes no other test uses
+    b, k, t = 3, 11, 17
     mask = np.arange(k)[None, :] < rng.integers(1, k + 1, size=(b, 1))
     tt = np.where(rng.random((b, t)) < 0.5, rng.integers(0, 2, size=(b, t)), -1).astype(np.int32)
     calls = {
-        credax.best_prior: lambda x, v: credax.best_prior(x, mask, initial=v),
-        credax.future_best: lambda x, v: credax.future_best(x, mask),
-        credax.discounted_returns: lambda x, v: credax.discounted_returns(x, mask, gamma=v),
-        credax.broadcast_to_tokens: lambda x, v: credax.broadcast_to_tokens(x, tt),
-        credax.turn_surprisal: lambda x, v: credax.turn_surprisal(
+        credax.best_prior: lambda f, x, v: f(x, mask, initial=v),
+        credax.future_best: lambda f, x, v: f(x, mask),
+        credax.discounted_returns: lambda f, x, v: f(x, mask, gamma=v),
+        credax.broadcast_to_tokens: lambda f, x, v: f(x, tt),
+        credax.turn_surprisal: lambda f, x, v: f(
             -np.abs(x[:, :1]) * np.ones((1, t), np.float32), tt, num_turns=k),
     }
-    for fn, call in calls.items():
-        before = fn.jitted._cache_size()
-        call(rng.random((b, k)).astype(np.float32), 0.5)
-        first = fn.jitted._cache_size()
-        assert first - before <= 1
-        call(rng.random((b, k)).astype(np.float32), 0.9)  # new values and a new γ / initial
-        call(rng.random((b, k)).astype(np.float32), 0.0)
-        assert fn.jitted._cache_size() == first, fn.__name__
+    for public, call in calls.items():
+        f = traced_once(public)  # its body traced more than once raises AssertionError
+        call(f, rng.random((b, k)).astype(np.float32), 0.5)
+        call(f, rng.random((b, k)).astype(np.float32), 0.9)  # new values and a new γ / initial
+        call(f, rng.random((b, k)).astype(np.float32), 0.0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def grpo(ctx: Context, s: Settings) -> jax.Array:
 
 def dr_grpo(ctx: Context, s: Settings) -> jax.Array:
     """Dr. GRPO: centred, not std-scaled (with the sequence-sum loss aggregation, see METHODS)."""
-    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups, scale=False))
+    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups, scale="none"))
 
 
 def rloo(ctx: Context, s: Settings) -> jax.Array:

@@ -2,7 +2,9 @@
 
 Every public name is re-exported here, one line each. Where the math lives:
 
-* ``_groups``   the one grouping primitive (``groups``, ``group_normalize``, peer statistics)
+* ``_api``      the public-entry plumbing (jit with static options, pre-trace checks)
+* ``_groups``   the one grouping primitive (``groups``, ``group_normalize``, ``Normalization``,
+  peer statistics)
 * ``_outcome``  one reward per trajectory: GRPO, Dr. GRPO, RLOO, GDPO, degenerate groups
 * ``_turns``    turn-space tools: best prior, future best, discounts, returns, token broadcast
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
@@ -39,6 +41,7 @@ from ._gae import turn_values as turn_values
 from ._gae import value_loss as value_loss
 from ._gae import vapo_lambda as vapo_lambda
 from ._groups import Groups as Groups
+from ._groups import Normalization as Normalization
 from ._groups import PeerMean as PeerMean
 from ._groups import group_count as group_count
 from ._groups import group_mean as group_mean

@@ -163,6 +163,7 @@ def jit_public(
     convert: Mapping[str, Callable] | None = None,
     check: Callable[[Mapping], None] | None = None,
     replicate: bool = False,
+    prepare: Callable[[dict, frozenset], None] | None = None,
 ):
     """Decorator for public functions: ``jax.jit`` with static options, host work before tracing.
 
@@ -178,9 +179,12 @@ def jit_public(
         functions whose gathers, scatters or scan carries cannot resolve an explicit sharding
         (turn scans, role tables, judge windows, per-turn token reductions). Their inputs are
         ``[B, K]`` turn tensors or one ``[B, T]`` reduction, small next to the loss's.
+      prepare: called after ``check`` with the bound arguments (a dict it may rewrite, e.g. fold
+        several keywords into one options object) and the names the caller passed explicitly;
+        the compiled function is then called with the rewritten arguments.
 
     The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation) and
-    ``public_options`` (these three arguments), so a test can rebuild the same entry around an
+    ``public_options`` (these five arguments), so a test can rebuild the same entry around an
     instrumented body, e.g. ``chex.assert_max_traces(fn.__wrapped__, n=1)``.
     """
     convert = dict(convert or {})
@@ -197,10 +201,15 @@ def jit_public(
                 _checks.reject_torch(value, name, fn.__name__)
             for name, value in kwargs.items():
                 _checks.reject_torch(value, name, fn.__name__)
-            if check is not None:
+            if check is not None or prepare is not None:
                 bound = signature.bind(*args, **kwargs)
+                passed = frozenset(bound.arguments)
                 bound.apply_defaults()
-                check(bound.arguments)
+                if check is not None:
+                    check(bound.arguments)
+                if prepare is not None:
+                    prepare(bound.arguments, passed)
+                    args, kwargs = bound.args, bound.kwargs
             if static_argnames:
                 args, kwargs = _static_python(params, static_argnames, args, kwargs)
             if positions or replicate:
@@ -216,7 +225,7 @@ def jit_public(
 
         wrapper.jitted = jitted
         wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check,
-                                      replicate=replicate)
+                                      replicate=replicate, prepare=prepare)
         return wrapper
 
     return decorate

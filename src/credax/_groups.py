@@ -27,6 +27,9 @@ a few rounds of scatter-min into a hash table; the representative's row number i
 
 from __future__ import annotations
 
+import sys
+import warnings
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import jax
@@ -35,15 +38,10 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _api, _checks
-from ._api import NON_NEGATIVE, check_values
+from ._api import NON_NEGATIVE
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
-SINGLETON_MODES = ("zero", "raw", "center")
-EPS_MODES = ("add", "sqrt")
-SCALE_MODES = (True, False, "group", "batch", "none")
-# The options of group_normalize that change the program (static under jit); eps stays traced.
-NORMALIZE_STATIC = ("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out")
 
 
 # --------------------------------------------------------------------------------------------
@@ -349,7 +347,8 @@ def host_state_ids(ids):
     return host
 
 
-def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: bool = False):
+def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: bool = False,
+                prepare=None):
     """:func:`credax._api.jit_public` for functions taking ``group_ids``: ids → ``Groups`` first.
 
     The ids are converted by :func:`groups` outside the compiled function, so raw ids and a
@@ -360,7 +359,201 @@ def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: b
     convert = {"group_ids": groups}
     if anchors:
         convert["anchor_ids"] = host_state_ids
-    return _api.jit_public(static_argnames=static_argnames, convert=convert, check=check)
+    return _api.jit_public(static_argnames=static_argnames, convert=convert, check=check,
+                           prepare=prepare)
+
+
+# --------------------------------------------------------------------------------------------
+# Normalization: the options of every group normalisation, as one value.
+# --------------------------------------------------------------------------------------------
+
+SINGLETON_MODES = ("zero", "raw")
+EPS_MODES = ("add", "sqrt")
+SCALE_MODES = ("group", "batch", "none")
+# The fields of Normalization, also accepted one by one as keywords by the normalising estimators.
+NORMALIZE_KEYS = ("center", "scale", "ddof", "eps", "eps_mode", "singleton", "leave_one_out")
+_DEPRECATED_SCALE = {True: "group", False: "none"}
+
+
+def _warn_deprecated(message: str) -> None:
+    """A ``DeprecationWarning`` attributed to the first caller outside credax (so it is shown)."""
+    frame, level = sys._getframe(1), 2  # level 2 is the frame that called _warn_deprecated
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("credax"):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)
+
+
+@jax.tree_util.register_pytree_node_class
+class Normalization(Mapping):
+    """How a group normalisation centres and scales: one immutable value for every estimator.
+
+    For the peer set ``P`` of an entry (valid entries of the same group at the same trailing
+    index), with ``n = |P|``, mean ``μ`` and ``σ = sqrt(Σ (x - μ)² / (n - ddof))``::
+
+        scale="group"   (x - μ) / (σ + eps)          eps_mode="add"  (verl, TRL)
+                        (x - μ) / sqrt(σ² + eps)     eps_mode="sqrt"
+        scale="batch"   (x - μ) / (σ_batch + eps)    σ over every valid entry of the batch at that
+                                                     trailing index (TRL scale_rewards="batch")
+        scale="none"    x - μ                        (Dr. GRPO)
+        leave_one_out   μ is the mean of the *other* entries: x - μ_{-i} = n/(n-1) (x - μ)  (RLOO)
+
+    A set whose valid values are all identical gives exactly ``0`` whatever ``eps``; a singleton
+    set (``n == 1`` or ``n - ddof <= 0``) gives ``0`` (``singleton="zero"``) or ``x``
+    (``"raw"``, verl's mean 0 / std 1 convention).
+
+    Every estimator that normalises within groups takes one as ``normalization=`` (and still takes
+    the fields one by one as keywords, which override it); the presets of ``credax.presets`` are
+    instances. It is a pytree: ``eps`` is its only leaf (it may be traced, so a schedule does not
+    recompile), the other fields are static. It is also a read-only mapping of its fields, so
+    ``f(..., **credax.presets.VERL)`` passes them as keywords.
+
+    Attributes:
+      center: subtract the peer mean. ``False`` is deprecated (see below).
+      scale: ``"group"`` (the set's std), ``"batch"`` (the batch std) or ``"none"``.
+      ddof: delta degrees of freedom of the std (1 = unbiased, as torch ``std``).
+      eps: added to the std (``"add"``) or to the variance (``"sqrt"``); a float or a traced scalar.
+      eps_mode: ``"add"`` or ``"sqrt"``.
+      singleton: ``"zero"`` or ``"raw"``.
+      leave_one_out: centre on the mean of the other entries.
+
+    Deprecated spellings (each warns with a ``DeprecationWarning`` naming the replacement, and
+    still computes what it did): ``scale=True`` is ``"group"``, ``scale=False`` is ``"none"``;
+    ``singleton="center"`` (equal to ``"zero"`` for ``ddof <= 1``, the centred unscaled value for
+    larger ``ddof``); ``center=False`` (no estimator or preset uses it).
+
+    Raises:
+      ValueError: an unknown ``scale``, ``eps_mode`` or ``singleton``; a negative ``ddof``; a
+        concrete ``eps`` that is negative or not finite.
+      TypeError: ``center`` / ``leave_one_out`` not bools, ``ddof`` not an int.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> dr_grpo = credax.Normalization(scale="none")
+      >>> dr_grpo.scale, dr_grpo.eps, dr_grpo.singleton
+      ('none', 1e-06, 'zero')
+      >>> r, ids = jnp.array([1.0, 0.0, 0.5, 0.5]), jnp.array([0, 0, 1, 1])
+      >>> credax.grpo_advantages(r, ids, normalization=dr_grpo)
+      Array([ 0.5, -0.5,  0. ,  0. ], dtype=float32)
+      >>> credax.presets.VERL.replace(eps=1e-4).eps
+      0.0001
+      >>> sorted(credax.presets.TRL)   # a mapping: **credax.presets.TRL passes these keywords
+      ['center', 'ddof', 'eps', 'eps_mode', 'leave_one_out', 'scale', 'singleton']
+    """
+
+    __slots__ = NORMALIZE_KEYS
+
+    def __init__(
+        self,
+        *,
+        center: bool = True,
+        scale: str = "group",
+        ddof: int = 1,
+        eps: float | Float[Array, ""] = 1e-6,
+        eps_mode: str = "add",
+        singleton: str = "zero",
+        leave_one_out: bool = False,
+    ):
+        if isinstance(scale, bool | np.bool_):
+            replacement = _DEPRECATED_SCALE[bool(scale)]
+            _warn_deprecated(f"`scale={bool(scale)}` is deprecated; use `scale={replacement!r}` "
+                             "(the same normalisation).")
+            scale = replacement
+        _checks.check_option(scale, "scale", SCALE_MODES)
+        _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
+        if singleton == "center":
+            _warn_deprecated("`singleton='center'` is deprecated; use `singleton='zero'` (the same "
+                             "result for ddof <= 1: a set of one centred is 0).")
+        else:
+            _checks.check_option(singleton, "singleton", SINGLETON_MODES)
+        if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
+            raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
+                            f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
+        if not center:
+            _warn_deprecated(
+                "`center=False` is deprecated (no credax estimator or preset uses it) and will be "
+                "removed. Replacement: with scale='none' it returns x unchanged, use "
+                "`jnp.where(mask, x, 0)`; an uncentred std division has no replacement."
+            )
+        ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
+        _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
+        values = (center, scale, ddof, eps, eps_mode, singleton, leave_one_out)
+        for key, value in zip(NORMALIZE_KEYS, values, strict=True):
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Normalization is immutable; use `.replace({name}=...)`.")
+
+    def replace(self, **changes) -> Normalization:
+        """A copy with some fields changed (checked, and warned about, as in the constructor)."""
+        unknown = set(changes) - set(NORMALIZE_KEYS)
+        if unknown:
+            raise TypeError(f"Normalization has no field(s) {sorted(unknown)}; fields: "
+                            f"{list(NORMALIZE_KEYS)}.")
+        return Normalization(**{**dict(self.items()), **changes})
+
+    # A read-only mapping of the fields: **normalization passes them as keywords.
+    def __getitem__(self, key):
+        if key not in NORMALIZE_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(NORMALIZE_KEYS)
+
+    def __len__(self) -> int:
+        return len(NORMALIZE_KEYS)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in NORMALIZE_KEYS)
+        return f"Normalization({fields})"
+
+    # A pytree: eps is the leaf, the rest is static (hashable aux data).
+    def tree_flatten(self):
+        static = tuple(getattr(self, k) for k in NORMALIZE_KEYS if k != "eps")
+        return (self.eps,), static
+
+    @classmethod
+    def tree_unflatten(cls, static, children):
+        # No re-validation (and no second warning): the fields were checked when first built, and
+        # under a transformation `eps` may be a tracer or a sentinel.
+        out = object.__new__(cls)
+        keys = [k for k in NORMALIZE_KEYS if k != "eps"]
+        for key, value in zip(keys, static, strict=True):
+            object.__setattr__(out, key, value)
+        object.__setattr__(out, "eps", children[0])
+        return out
+
+
+def as_normalization(value, name: str = "normalization") -> Normalization:
+    """``value`` as a :class:`Normalization`: ``None`` is the default, a mapping is its fields."""
+    if value is None:
+        return Normalization()
+    if isinstance(value, Normalization):
+        return value
+    if isinstance(value, Mapping):
+        return Normalization(**value)
+    raise TypeError(f"`{name}` must be a credax.Normalization (or a mapping of its fields); got "
+                    f"{type(value).__name__}.")
+
+
+def resolve_normalization(keys: tuple[str, ...] = NORMALIZE_KEYS):
+    """A ``prepare`` hook for :func:`jit_grouped`: fold the keywords ``keys`` into ``normalization``.
+
+    Runs on the host before tracing: explicitly passed keywords override the fields of
+    ``normalization`` (default :class:`Normalization`), deprecated spellings warn on every call,
+    and the compiled body receives one ``Normalization``. The keywords themselves are dropped from
+    the call (the body sees its unused defaults, which its annotations accept), so raw keywords
+    and an equal ``Normalization`` share a compiled program.
+    """
+
+    def prepare(arguments, passed) -> None:
+        base = as_normalization(arguments.get("normalization"))
+        changes = {k: arguments[k] for k in keys if k in passed}
+        arguments["normalization"] = base.replace(**changes) if changes else base
+        for k in keys:
+            arguments.pop(k, None)
+
+    return prepare
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,33 +737,16 @@ def prepare(x, g: Groups, mask, name: str = "x"):
     return xc, mask, out_dtype
 
 
-def normalize_with_groups(
-    x: jax.Array,
-    g: Groups,
-    mask: jax.Array,
-    *,
-    center: bool,
-    scale,
-    ddof: int,
-    eps,
-    eps_mode: str,
-    singleton: str,
-    leave_one_out: bool,
-) -> jax.Array:
+def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normalization) -> jax.Array:
     """The body of :func:`group_normalize` on prepared inputs (compute dtype, boolean mask).
 
-    Shared by the other modules (TCPO, MT-GRPO, GiGPO) so that options are validated and applied
-    in exactly one place.
+    Shared by the other modules (TCPO, MT-GRPO, GiGPO, TRIAGE's whitening) so that options are
+    validated (by :class:`Normalization`) and applied in exactly one place.
     """
-    _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
-    _checks.check_option(singleton, "singleton", SINGLETON_MODES)
-    _checks.check_option(scale, "scale", SCALE_MODES)
-    if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
-        raise TypeError("`center` and `leave_one_out` must be Python bools (they change the program).")
-    ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
-    scale_level = {True: "group", False: "none"}.get(scale, scale)
+    center, scale_level, ddof = opts.center, opts.scale, opts.ddof
+    eps_mode, singleton, leave_one_out = opts.eps_mode, opts.singleton, opts.leave_one_out
     dt = x.dtype
-    eps = _checks.scalar(eps, dt, "eps")
+    eps = _checks.scalar(opts.eps, dt, "eps")
 
     st = group_stats(x, g, mask)
     singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
@@ -616,24 +792,22 @@ def normalize_with_groups(
         single = jnp.zeros_like(x)
     elif singleton == "raw":
         single = x
-    else:  # "center": the centred, unscaled value (0 for a set of one)
+    else:  # deprecated "center": the centred, unscaled value (0 for a set of one)
         single = st.value(centred)
     out = jnp.where(singleton_set, single, out)
     out = jnp.where(bad, jnp.full_like(out, jnp.nan), out)
     return jnp.where(mask, out, jnp.zeros_like(out))
 
 
-@jit_grouped(
-    static_argnames=("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out"),
-    check=check_values(eps=NON_NEGATIVE),
-)
+@jit_grouped(prepare=resolve_normalization())
 def group_normalize(
     x: Float[Array, "B *rest"],
     group_ids: Int[Array, " B"] | Groups,
     mask: Bool[Array, "B *rest"] | None = None,
     *,
+    normalization: Normalization | None = None,
     center: bool = True,
-    scale: bool | str = True,
+    scale: str = "group",
     ddof: int = 1,
     eps: float | Float[Array, ""] = 1e-6,
     eps_mode: str = "add",
@@ -645,32 +819,34 @@ def group_normalize(
     For the peer set ``P`` of an entry (valid entries of the same group at the same trailing
     index), with ``n = |P|``, mean ``μ`` and ``σ = sqrt(Σ (x - μ)² / (n - ddof))``::
 
-        center, scale="group"    (x - μ) / (σ + eps)          eps_mode="add"  (verl, TRL)
+        scale="group"            (x - μ) / (σ + eps)          eps_mode="add"  (verl, TRL)
                                  (x - μ) / sqrt(σ² + eps)     eps_mode="sqrt"
-        scale=False              x - μ                        (Dr. GRPO)
+        scale="none"             x - μ                        (Dr. GRPO)
         leave_one_out=True       μ is the mean of the *other* entries: x - μ_{-i} = n/(n-1)(x - μ)
         scale="batch"            (x - μ) / (σ_batch + eps)    σ over every valid entry of the batch
                                                               at that trailing index (TRL "batch")
-        center=False             x / (σ + eps), or x unchanged with scale=False
+        center=False             x / (σ + eps), or x unchanged with scale="none" (deprecated)
 
     Degenerate sets, all defined: a set whose valid values are all identical (exact comparison)
     gives exactly ``0`` when centred, whatever ``eps`` (zero-spread sets are never divided, so
     uncentred they keep ``x``); a singleton set (``n == 1`` or ``n - ddof <= 0``) gives ``0``
-    (``singleton="zero"``), ``x`` (``"raw"``, verl's mean 0 / std 1 convention) or ``x - μ``
-    (``"center"``); masked entries are ``0`` and do not count.
+    (``singleton="zero"``) or ``x`` (``"raw"``, verl's mean 0 / std 1 convention); masked entries
+    are ``0`` and do not count.
 
     Args:
       x: ``float[B, ...]`` values (rewards ``[B]``, per-turn credit ``[B, K]``, ...). Integer and
         bool inputs are computed in float32; bfloat16/float16 in float32 and cast back.
       group_ids: ``int[B]`` any integer ids, or a :class:`Groups` from :func:`groups`.
       mask: ``bool`` of ``x.shape``; true = real entry. ``None``: all entries real.
-      center: subtract the peer mean (static).
-      scale: ``True``/``"group"`` divide by the set's std, ``"batch"`` by the batch std,
-        ``False``/``"none"`` do not divide (static).
+      normalization: all the options below as one :class:`Normalization` (e.g. a preset);
+        ``None`` is ``Normalization()``. A keyword given explicitly overrides its field.
+      center: subtract the peer mean (static). ``False`` is deprecated.
+      scale: ``"group"`` divide by the set's std, ``"batch"`` by the batch std, ``"none"`` do not
+        divide (static). ``True``/``False`` are deprecated spellings of ``"group"``/``"none"``.
       ddof: delta degrees of freedom of the std (1 = unbiased, as torch ``std``) (static).
       eps: added to the std (``"add"``) or to the variance (``"sqrt"``); may be a traced scalar.
       eps_mode: ``"add"`` or ``"sqrt"`` (static).
-      singleton: ``"zero"``, ``"raw"`` or ``"center"`` (static).
+      singleton: ``"zero"`` or ``"raw"`` (static); ``"center"`` is deprecated.
       leave_one_out: centre on the mean of the other entries (RLOO) (static).
 
     Returns:
@@ -693,11 +869,7 @@ def group_normalize(
       get ``0`` (verl keeps the raw score: ``credax.presets.VERL``).
     """
     xc, mask, out_dtype = prepare(x, group_ids, mask)
-    out = normalize_with_groups(
-        xc, group_ids, mask, center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
-        singleton=singleton, leave_one_out=leave_one_out,
-    )
-    return out.astype(out_dtype)
+    return normalize_with_groups(xc, group_ids, mask, normalization).astype(out_dtype)
 
 
 @jit_grouped()

@@ -22,7 +22,15 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
-from ._groups import Groups, check_x_and_groups, groups_from_keys, jit_grouped, normalize_with_groups, prepare
+from ._groups import (
+    Groups,
+    Normalization,
+    check_x_and_groups,
+    groups_from_keys,
+    jit_grouped,
+    normalize_with_groups,
+    prepare,
+)
 from ._turns import masked_discounted_returns, prepare_anchored_steps
 
 EPISODE_POOLING = ("trajectory", "step")
@@ -61,11 +69,18 @@ def history_keys(anchors: jnp.ndarray, turn_mask: jnp.ndarray, k: int):
     return keys, valid
 
 
+def _resolve_scale(arguments, passed) -> None:
+    """On the host, every call: ``scale`` in the spellings of :class:`credax.Normalization` (a
+    deprecated bool warns here, not only when the body is first traced)."""
+    arguments["scale"] = Normalization(scale=arguments["scale"]).scale
+
+
 @jit_grouped(
     static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton",
                              "scale", "ddof"),
     anchors=True,
     check=check_values(gamma=UNIT, alpha=FINITE, eps=NON_NEGATIVE),
+    prepare=_resolve_scale,
 )
 def hgpo_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -80,7 +95,7 @@ def hgpo_advantages(
     episode_group: bool = False,
     episode_pooling: str = "trajectory",
     episode_singleton: str = "zero",
-    scale: bool = True,
+    scale: str = "group",
     ddof: int = 0,
     eps: float | Float[Array, ""] = 1e-6,
 ) -> HGPO:
@@ -97,7 +112,7 @@ def hgpo_advantages(
     ``A^k != 0``: singleton groups, zero-spread groups (exactly ``0`` here, whatever ``eps``) and a
     member exactly at its group's mean abstain. ``episode_group=True`` adds the episode
     advantage (the trajectory's outcome normalised within its prompt, unbiased std) as level 0
-    with weight 1 (verl-agent's ``base_group``). ``scale=False`` only centres (``mean_norm``), at
+    with weight 1 (verl-agent's ``base_group``). ``scale="none"`` only centres (``mean_norm``), at
     every level. No informative level: ``0``.
 
     Args:
@@ -117,7 +132,8 @@ def hgpo_advantages(
         ``"step"`` (one copy per valid step, verl-agent's ``compute_mean_std_cross_steps=True``).
       episode_singleton: static; a prompt with one trajectory gets ``0`` (``"zero"``) or its raw
         reward (``"raw"``, verl-agent's mean 0 / std 1).
-      scale: static; divide by the std (``mean_std_norm``) or only centre (``mean_norm``).
+      scale: static; ``"group"`` divides by the std (``mean_std_norm``), ``"none"`` only centres
+        (``mean_norm``); the spellings of :class:`credax.Normalization` (bools deprecated).
       ddof: static; delta degrees of freedom of the history-level std (HGPO: 0, population std).
       eps: added to the std and to the weight sum; may be traced.
 
@@ -127,8 +143,9 @@ def hgpo_advantages(
 
     Raises:
       TypeError: non-integer ``anchor_ids``/``group_ids``, non-boolean ``turn_mask``, non-bool
-        ``scale``/``episode_group``.
-      ValueError: shapes disagree; unknown ``episode_pooling``/``episode_singleton``; ``history < 0``.
+        ``episode_group``.
+      ValueError: shapes disagree; unknown ``scale``/``episode_pooling``/``episode_singleton``;
+        ``history < 0``.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -154,9 +171,8 @@ def hgpo_advantages(
     _checks.check_option(episode_pooling, "episode_pooling", EPISODE_POOLING)
     _checks.check_option(episode_singleton, "episode_singleton", EPISODE_SINGLETON)
     history = _checks.check_static_int(history, "history", minimum=0)
-    for name, flag in (("scale", scale), ("episode_group", episode_group)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"`{name}` must be a Python bool; got {flag!r}.")
+    if not isinstance(episode_group, bool):
+        raise TypeError(f"`episode_group` must be a Python bool; got {episode_group!r}.")
     r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
         outcome_rewards, step_rewards, anchor_ids, turn_mask)
     eps = _checks.scalar(eps, dt, "eps")
@@ -167,22 +183,22 @@ def hgpo_advantages(
     g_flat = g.reshape(n)
     check_x_and_groups(s, group_ids, "step_rewards")
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
-    options = dict(center=True, scale=scale, eps=eps, eps_mode="add", leave_one_out=False)
+    base = Normalization(scale=scale, eps=eps)  # checks `scale` as every estimator does
 
     # Level 0: the episode group.
     if episode_group:
         if episode_pooling == "trajectory":
             has_turn = jnp.any(turn_mask, axis=1)
             rr, has_turn, _ = prepare(r.astype(dt), group_ids, has_turn, "outcome_rewards")
-            a_e = normalize_with_groups(rr, group_ids, has_turn, ddof=1,
-                                        singleton=episode_singleton, **options)
+            a_e = normalize_with_groups(rr, group_ids, has_turn,
+                                        base.replace(ddof=1, singleton=episode_singleton))
             a_e = jnp.broadcast_to(a_e[:, None], s.shape)
         else:
             per_step = jnp.broadcast_to(r.astype(dt)[:, None], s.shape).reshape(n)
             flat = Groups(prompt.reshape(n), group_ids.num_groups)
             per_step = jnp.where(turn_mask.reshape(n), per_step, jnp.zeros((), dt))
-            a_e = normalize_with_groups(per_step, flat, turn_mask.reshape(n), ddof=1,
-                                        singleton=episode_singleton, **options).reshape(s.shape)
+            a_e = normalize_with_groups(per_step, flat, turn_mask.reshape(n), base.replace(
+                ddof=1, singleton=episode_singleton)).reshape(s.shape)
         levels, valid = [a_e], [turn_mask]
     else:
         levels, valid = [jnp.zeros(s.shape, dt)], [jnp.zeros(s.shape, bool)]
@@ -193,8 +209,8 @@ def hgpo_advantages(
         flat_valid = valid_k.reshape(n)
         level_groups = groups_from_keys(prompt.reshape(n), *(key.reshape(n) for key in keys),
                                         valid=flat_valid)
-        a_k = normalize_with_groups(g_flat, level_groups, flat_valid, ddof=ddof, singleton="zero",
-                                    **options)
+        a_k = normalize_with_groups(g_flat, level_groups, flat_valid,
+                                    base.replace(ddof=ddof, singleton="zero"))
         levels.append(a_k.reshape(s.shape))
         valid.append(valid_k)
 

@@ -13,13 +13,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import NON_NEGATIVE, check_values
 from ._groups import (
-    NORMALIZE_STATIC,
     Groups,
+    Normalization,
     jit_grouped,
     normalize_with_groups,
     prepare,
+    resolve_normalization,
     segment_stats,
 )
 
@@ -31,14 +31,15 @@ def _check_outcome(rewards, name: str = "rewards") -> None:
                          f"got shape {rewards.shape}.")
 
 
-@jit_grouped(static_argnames=NORMALIZE_STATIC, check=check_values(eps=NON_NEGATIVE))
+@jit_grouped(prepare=resolve_normalization())
 def grpo_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
     mask: Bool[Array, " B"] | None = None,
     *,
+    normalization: Normalization | None = None,
     center: bool = True,
-    scale: bool | str = True,
+    scale: str = "group",
     ddof: int = 1,
     eps: float | Float[Array, ""] = 1e-6,
     eps_mode: str = "add",
@@ -47,15 +48,19 @@ def grpo_advantages(
 ) -> Float[Array, " B"]:
     """Group-normalised outcome advantage (GRPO): ``A_i = (r_i - μ_g) / (σ_g + eps)``.
 
-    The keyword options are those of :func:`credax.group_normalize`; ``scale=False`` is Dr. GRPO
+    The options are those of :func:`credax.group_normalize`, as one :class:`credax.Normalization`
+    (``normalization=``) or as keywords (which override its fields); ``scale="none"`` is Dr. GRPO
     (``r_i - μ_g``), ``scale="batch"`` is TRL's ``scale_rewards="batch"``. Presets reproducing the
-    peers exactly: ``grpo_advantages(r, ids, **credax.presets.VERL)`` / ``**presets.TRL``.
+    peers exactly: ``grpo_advantages(r, ids, normalization=credax.presets.VERL)``, or as keywords
+    ``**credax.presets.VERL`` / ``**presets.TRL``.
 
     Args:
       rewards: ``float[B]`` one outcome reward per trajectory.
       group_ids: ``int[B]`` prompt id per trajectory (any integers), or a ``Groups``.
       mask: ``bool[B]`` valid trajectories (e.g. reward not missing); others get ``0`` and do not
         enter any statistic.
+      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
+        :func:`credax.group_normalize` (``eps`` may be traced, the rest are static).
 
     Returns:
       ``float[B]``; constant groups give exactly ``0``, singletons ``0`` (default), masked ``0``.
@@ -73,11 +78,7 @@ def grpo_advantages(
     """
     _check_outcome(rewards)
     xc, mask, out_dtype = prepare(rewards, group_ids, mask, "rewards")
-    out = normalize_with_groups(
-        xc, group_ids, mask, center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
-        singleton=singleton, leave_one_out=leave_one_out,
-    )
-    return out.astype(out_dtype)
+    return normalize_with_groups(xc, group_ids, mask, normalization).astype(out_dtype)
 
 
 @jit_grouped(static_argnames=("singleton",))
@@ -103,22 +104,21 @@ def rloo_advantages(
     """
     _check_outcome(rewards)
     xc, mask, out_dtype = prepare(rewards, group_ids, mask, "rewards")
-    out = normalize_with_groups(
-        xc, group_ids, mask, center=True, scale=False, ddof=1, eps=0.0, eps_mode="add",
-        singleton=singleton, leave_one_out=True,
-    )
+    opts = Normalization(scale="none", eps=0.0, singleton=singleton, leave_one_out=True)
+    out = normalize_with_groups(xc, group_ids, mask, opts)
     return out.astype(out_dtype)
 
 
-@jit_grouped(static_argnames=NORMALIZE_STATIC, check=check_values(eps=NON_NEGATIVE))
+@jit_grouped(prepare=resolve_normalization())
 def gdpo_advantages(
     rewards: Float[Array, "B C"],
     group_ids: Int[Array, " B"] | Groups,
     mask: Bool[Array, " B"] | None = None,
     *,
     weights: Float[Array, " C"],
+    normalization: Normalization | None = None,
     center: bool = True,
-    scale: bool | str = True,
+    scale: str = "group",
     ddof: int = 1,
     eps: float | Float[Array, ""] = 1e-6,
     eps_mode: str = "add",
@@ -138,14 +138,14 @@ def gdpo_advantages(
       group_ids: ``int[B]`` or ``Groups``.
       mask: ``bool[B]`` valid trajectories (a row is valid or not as a whole).
       weights: ``float[C]`` component weights; may be traced.
-      center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
-        :func:`credax.group_normalize`, applied to every component.
+      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
+        :func:`credax.group_normalize`, applied to every component (``eps`` may be traced).
 
     Returns:
       ``float[B]``; ``0`` at masked rows.
 
     Raises:
-      ValueError: ``weights`` is not ``[C]``.
+      ValueError: ``weights`` is not ``[C]``, or an option is unknown.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -166,10 +166,7 @@ def gdpo_advantages(
         mask = _checks.as_mask(mask, "mask", rewards.shape[:1])
         mask = jnp.broadcast_to(mask[:, None], rewards.shape)
     xc, mask2, out_dtype = prepare(rewards, group_ids, mask, "rewards")
-    per_component = normalize_with_groups(
-        xc, group_ids, mask2, center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
-        singleton=singleton, leave_one_out=leave_one_out,
-    )
+    per_component = normalize_with_groups(xc, group_ids, mask2, normalization)
     out = jnp.sum(per_component * weights.astype(xc.dtype)[None, :], axis=1)
     return out.astype(out_dtype)
 

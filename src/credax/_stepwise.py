@@ -11,15 +11,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
+from ._api import FINITE, UNIT, check_values
 from ._groups import (
-    NORMALIZE_STATIC,
     Groups,
+    Normalization,
     check_x_and_groups,
     groups_from_keys,
     jit_grouped,
     normalize_with_groups,
     prepare,
+    resolve_normalization,
 )
 from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_turns
 
@@ -27,8 +28,8 @@ from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_t
 
 
 @jit_grouped(
-    static_argnames=NORMALIZE_STATIC,
-    check=check_values(turn_coef=FINITE, eps=NON_NEGATIVE),
+    check=check_values(turn_coef=FINITE),
+    prepare=resolve_normalization(),
 )
 def mt_grpo_advantages(
     turn_rewards: Float[Array, "B K"],
@@ -37,8 +38,9 @@ def mt_grpo_advantages(
     group_ids: Int[Array, " B"] | Groups,
     *,
     turn_coef: float | Float[Array, ""] = 1.0,
+    normalization: Normalization | None = None,
     center: bool = True,
-    scale: bool | str = True,
+    scale: str = "group",
     ddof: int = 1,
     eps: float | Float[Array, ""] = 1e-6,
     eps_mode: str = "add",
@@ -53,14 +55,15 @@ def mt_grpo_advantages(
         Â^T_{i,k} = group_normalize(turn_rewards)_{i,k}          over the rows of q_i with turn k
         A_{i,k}   = Â^O_i + turn_coef · Â^T_{i,k}                on valid turns, 0 elsewhere
 
-    Both normalisations take the same options (those of :func:`credax.group_normalize`). A row
-    with no valid turn is not a trajectory: it enters no statistic and gets ``0``.
+    Both normalisations take the same options (those of :func:`credax.group_normalize`, as one
+    :class:`credax.Normalization` or as keywords). A row with no valid turn is not a trajectory:
+    it enters no statistic and gets ``0``.
 
     K-turn generalisation. The paper's code (``SiliangZeng/Multi-Turn-RL-Agent``,
     ``MTGRPOEnvTrainer._assign_advantages``) is fixed at two turns: tokens of the first turn get
     ``Â^O + λ·Â^T`` from one scalar turn reward per rollout, later tokens ``Â^O``. That is this
     function with ``K = 2``, ``turn_rewards[:, 1]`` constant (a constant set normalises to exactly
-    ``0``) and ``**credax.presets.TRL`` (unbiased std, ``+1e-4``). Here every turn index gets its
+    ``0``) and ``normalization=credax.presets.TRL`` (unbiased std, ``+1e-4``). Here every turn index gets its
     own normalised turn reward, the per-turn-index form the paper's v2 describes; the code's
     fallback (rows without a tool result get the advantage of the summed reward) is not
     reproduced — give such rows their own mask.
@@ -77,7 +80,7 @@ def mt_grpo_advantages(
       turn_mask: ``bool[B, K]`` real turns.
       group_ids: ``int[B]`` prompt of each row (any integers), or a ``Groups``.
       turn_coef: ``λ`` (``turn_advantage_coef`` in the paper's code, default 1). May be traced.
-      center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
+      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
         :func:`credax.group_normalize` (``eps`` may be traced, the rest are static).
 
     Returns:
@@ -106,11 +109,9 @@ def mt_grpo_advantages(
     r_o = _checks.as_float_array(outcome_rewards, "outcome_rewards")
     _checks.check_shape(r_o, "outcome_rewards", r_t.shape[:1], "[B]")
     dt = r_t.dtype
-    options = dict(center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
-                   singleton=singleton, leave_one_out=leave_one_out)
     has_turn = jnp.any(turn_mask, axis=1)
-    a_o = normalize_with_groups(r_o.astype(dt), group_ids, has_turn, **options)
-    a_t = normalize_with_groups(r_t, group_ids, turn_mask, **options)
+    a_o = normalize_with_groups(r_o.astype(dt), group_ids, has_turn, normalization)
+    a_t = normalize_with_groups(r_t, group_ids, turn_mask, normalization)
     coef = _checks.scalar(turn_coef, dt, "turn_coef")
     out = jnp.where(turn_mask, a_o[:, None] + coef * a_t, jnp.zeros_like(r_t))
     return out.astype(out_dtype)
@@ -121,9 +122,9 @@ def mt_grpo_advantages(
 
 
 @jit_grouped(
-    static_argnames=("scale",),
     anchors=True,
-    check=check_values(gamma=UNIT, omega=FINITE, eps=NON_NEGATIVE),
+    check=check_values(gamma=UNIT, omega=FINITE),
+    prepare=resolve_normalization(("scale", "eps")),
 )
 def gigpo_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -134,7 +135,8 @@ def gigpo_advantages(
     *,
     gamma: float | Float[Array, ""] = 0.95,
     omega: float | Float[Array, ""] = 1.0,
-    scale: bool = True,
+    normalization: Normalization | None = None,
+    scale: str = "group",
     eps: float | Float[Array, ""] = 1e-6,
 ) -> Float[Array, "B K"]:
     """GiGPO: episode advantage per prompt plus ``ω`` × step advantage within anchor-state groups.
@@ -148,8 +150,9 @@ def gigpo_advantages(
 
     The anchor group of a step is every valid step, at **any** turn index, of any trajectory of the
     same prompt whose ``anchor_ids`` is equal: steps that acted on the same environment state are
-    compared with each other. Both stds are unbiased (``ddof=1``) with ``eps`` added;
-    ``scale=False`` (GiGPO's ``mean_norm``) only subtracts the mean, at both levels. Degenerate
+    compared with each other. Both stds are unbiased (``ddof=1``) with ``eps`` added (the
+    defaults of :class:`credax.Normalization`; ``normalization=`` changes both levels);
+    ``scale="none"`` (GiGPO's ``mean_norm``) only subtracts the mean, at both levels. Degenerate
     groups: an anchor group of one step, or whose returns are all equal, gives step advantage
     exactly ``0`` (GiGPO's rule); an episode group of one trajectory gives episode advantage ``0``
     and a zero-spread one gives ``0`` (credax's ``group_normalize`` defaults). Trajectories with no
@@ -170,8 +173,12 @@ def gigpo_advantages(
       group_ids: ``int[B]`` prompt (task, initial state) of each trajectory, or a ``Groups``.
       gamma: step discount ``γ``; may be traced. GiGPO uses 0.95.
       omega: weight ``ω`` of the step advantage (``step_advantage_w``); may be traced.
-      scale: static; ``True`` divides by ``std + eps`` (``mean_std_norm``), ``False`` only centres
-        (``mean_norm``, verl-agent's config default).
+      normalization: the options of both normalisations as one :class:`credax.Normalization`
+        (default ``Normalization()``: unbiased std, ``+eps``, singletons ``0``); ``scale`` and
+        ``eps`` given explicitly override its fields.
+      scale: static; ``"group"`` divides by ``std + eps`` (``mean_std_norm``), ``"none"`` only
+        centres (``mean_norm``, verl-agent's config default), ``"batch"`` divides by the std of
+        all episodes / all steps. ``True``/``False`` are deprecated spellings.
       eps: added to both stds; may be traced.
 
     Returns:
@@ -180,8 +187,8 @@ def gigpo_advantages(
 
     Raises:
       TypeError: non-numeric rewards, non-integer ``anchor_ids`` or ``group_ids``, non-boolean
-        ``turn_mask``, non-bool ``scale``.
-      ValueError: shapes disagree.
+        ``turn_mask``.
+      ValueError: shapes disagree, an unknown ``scale``.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -209,16 +216,11 @@ def gigpo_advantages(
     """
     r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
         outcome_rewards, step_rewards, anchor_ids, turn_mask)
-    if not isinstance(scale, bool):
-        raise TypeError(f"`scale` must be a Python bool (True: divide by the std; False: centre "
-                        f"only); got {scale!r}.")
-    options = dict(center=True, scale=scale, ddof=1, eps=eps, eps_mode="add", singleton="zero",
-                   leave_one_out=False)
 
     # Episode level: one entry per trajectory (the paper's Eq. 3), padding rows excluded.
     has_turn = jnp.any(turn_mask, axis=1)
     r, has_turn, _ = prepare(r.astype(dt), group_ids, has_turn, "outcome_rewards")
-    a_e = normalize_with_groups(r, group_ids, has_turn, **options)
+    a_e = normalize_with_groups(r, group_ids, has_turn, normalization)
 
     # Step level: flatten [B, K] to B*K entries and group by the key pair (prompt, anchor), so a
     # state revisited at another turn index, or by another trajectory, joins the same group.
@@ -228,7 +230,7 @@ def gigpo_advantages(
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape).reshape(n)
     flat_mask = turn_mask.reshape(n)
     anchor_groups = groups_from_keys(prompt, anchors.reshape(n), valid=flat_mask)
-    a_s = normalize_with_groups(g_k.reshape(n), anchor_groups, flat_mask, **options)
+    a_s = normalize_with_groups(g_k.reshape(n), anchor_groups, flat_mask, normalization)
     a_s = a_s.reshape(s.shape)
 
     omega = _checks.scalar(omega, dt, "omega")

@@ -48,14 +48,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import FINITE, NON_NEGATIVE, UNIT, check_values, jit_public
+from ._api import FINITE, UNIT, check_values, jit_public
 from ._groups import (
-    NORMALIZE_STATIC,
     Groups,
+    Normalization,
     check_x_and_groups,
     jit_grouped,
     normalize_with_groups,
     peer_mean_with_groups,
+    resolve_normalization,
 )
 from ._turns import (
     discount_powers,
@@ -480,10 +481,11 @@ def select_top_surprisal(
 
 
 @jit_grouped(
-    static_argnames=("normalize",) + NORMALIZE_STATIC,
+    static_argnames=("normalize",),
     check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
                        regression_weight=FINITE, hindsight_weight=FINITE, counterfactual_weight=FINITE,
-                       initial=FINITE, gamma=UNIT, eps=NON_NEGATIVE),
+                       initial=FINITE, gamma=UNIT),
+    prepare=resolve_normalization(),
 )
 def tcpo_advantages(
     scores: Float[Array, "B K"],
@@ -502,8 +504,9 @@ def tcpo_advantages(
     selected: Bool[Array, "B K"] | None = None,
     normalize: bool = True,
     gamma: float | Float[Array, ""] = 1.0,
+    normalization: Normalization | None = None,
     center: bool = True,
-    scale: bool | str = True,
+    scale: str = "group",
     ddof: int = 1,
     eps: float | Float[Array, ""] = 1e-6,
     eps_mode: str = "add",
@@ -555,8 +558,9 @@ def tcpo_advantages(
         "counterfactuals on all turns").
       normalize: z-score per (prompt, turn) (static).
       gamma: ``γ``, turn ``k`` is weighted by ``γ^k`` after normalisation. May be traced.
-      center, scale, ddof, eps, eps_mode, singleton, leave_one_out: the options of
-        :func:`credax.group_normalize` for step 4 (``eps`` may be traced, the rest are static).
+      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: the options
+        of :func:`credax.group_normalize` for the z-score, as one :class:`credax.Normalization` or
+        as keywords (``eps`` may be traced, the rest are static).
 
     Returns:
       ``TCPO(advantages, credit, retrospective, hindsight, counterfactual)``: ``advantages`` and
@@ -628,10 +632,7 @@ def tcpo_advantages(
     )
     credit = jnp.where(mask, retro.credit + refined, jnp.zeros_like(s))
     if normalize:
-        z = normalize_with_groups(
-            credit, group_ids, mask, center=center, scale=scale, ddof=ddof, eps=eps,
-            eps_mode=eps_mode, singleton=singleton, leave_one_out=leave_one_out,
-        )
+        z = normalize_with_groups(credit, group_ids, mask, normalization)
     else:
         z = credit
     weights = discount_powers(s.shape[1], hyper(gamma, "gamma"))

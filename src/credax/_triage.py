@@ -45,7 +45,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, NON_NEGATIVE, check_values, jit_public
-from ._groups import Groups, normalize_with_groups, segment_stats
+from ._groups import Groups, Normalization, normalize_with_groups, segment_stats
 from ._validate import check_bool_mask, check_prefix_mask, host_array
 
 
@@ -245,8 +245,7 @@ def triage_advantages(
         n = out.size
         flat = normalize_with_groups(
             out.reshape(n), Groups(jnp.zeros((n,), jnp.int32), 1), turn_mask.reshape(n),
-            center=True, scale=True, ddof=0, eps=whiten_eps, eps_mode="add", singleton="zero",
-            leave_one_out=False,
+            Normalization(ddof=0, eps=whiten_eps),
         )
         out = flat.reshape(out.shape)
     return out.astype(out_dtype)

@@ -1,8 +1,12 @@
 """Parity presets: keyword arguments that make credax reproduce a peer framework's numbers.
 
-Use them as ``credax.grpo_advantages(rewards, ids, **credax.presets.VERL)`` (or with
-``group_normalize``). Each dict is the complete set of normalisation options, so nothing falls back
-silently to a credax default. The tests check each preset against a hand-worked example of the
+The normalisation presets are :class:`credax.Normalization` values, the complete set of
+normalisation options, so nothing falls back silently to a credax default. Pass one as a value,
+``credax.grpo_advantages(rewards, ids, normalization=credax.presets.VERL)``, or as keywords,
+``credax.grpo_advantages(rewards, ids, **credax.presets.VERL)`` (a ``Normalization`` is a read-only
+mapping of its fields); either works with every estimator that normalises within groups. Change
+one field with ``presets.VERL.replace(eps=1e-4)``. ``HGPO_VERL_AGENT`` is a read-only mapping of
+``hgpo_advantages`` keywords. The tests check each preset against a hand-worked example of the
 peer's formula.
 
 ===============  ===========================================================================
@@ -44,31 +48,23 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-VERL = MappingProxyType(
-    dict(center=True, scale=True, ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
-)
-VERL_DR_GRPO = MappingProxyType(
-    dict(center=True, scale=False, ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
-)
-TRL = MappingProxyType(
-    dict(center=True, scale=True, ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
-)
-TRL_BATCH = MappingProxyType(
-    dict(center=True, scale="batch", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
-)
-TRL_NONE = MappingProxyType(
-    dict(center=True, scale=False, ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
-)
+from ._groups import Normalization
+
+VERL = Normalization(scale="group", ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
+VERL_DR_GRPO = Normalization(scale="none", ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
+TRL = Normalization(scale="group", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
+TRL_BATCH = Normalization(scale="batch", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
+TRL_NONE = Normalization(scale="none", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
 
 # verl-agent recipe/hgpo run scripts: history_length=2, mode="mean_std_norm", length_weight_alpha=1,
 # base_group=False, algorithm.gamma=0.95, epsilon 1e-6 (core_hgpo.py default).
 HGPO_VERL_AGENT = MappingProxyType(
     dict(history=2, gamma=0.95, alpha=1.0, episode_group=False, episode_pooling="step",
-         episode_singleton="raw", scale=True, ddof=0, eps=1e-6)
+         episode_singleton="raw", scale="group", ddof=0, eps=1e-6)
 )
 
 
-def trl(scale_rewards: str = "group") -> MappingProxyType:
+def trl(scale_rewards: str = "group") -> Normalization:
     """The TRL preset for a ``scale_rewards`` setting: ``"group"``, ``"batch"`` or ``"none"``."""
     try:
         return {"group": TRL, "batch": TRL_BATCH, "none": TRL_NONE}[scale_rewards]

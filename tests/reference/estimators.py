@@ -113,7 +113,7 @@ def _normalised(vals, own, ddof, scale, eps):
     if n <= 1 or n - ddof <= 0 or max(vals) == min(vals):
         return 0.0
     mu = math.fsum(vals) / n
-    if not scale:
+    if scale in (False, "none"):
         return own - mu
     sd = math.sqrt(math.fsum((v - mu) ** 2 for v in vals) / (n - ddof))
     return (own - mu) / (sd + eps)

@@ -123,7 +123,10 @@ def select_top(surprisal, candidates, budget, scope="batch", ids=None):
 
 def group_z(x, ids, mask, *, center=True, scale=True, ddof=1, eps=1e-6, eps_mode="add",
             singleton="zero", leave_one_out=False):
-    """Per (group, turn) normalisation of SPEC §1 on ``x[B, K]`` (``scale`` True/False only)."""
+    """Per (group, turn) normalisation of SPEC §1 on ``x[B, K]``.
+
+    ``scale``: "group"/"none", or their deprecated spellings True/False.
+    """
     x, mask = np.asarray(x, np.float64), np.asarray(mask, bool)
     ids = [int(i) for i in np.asarray(ids)]
     nb, nk = x.shape
@@ -147,7 +150,7 @@ def group_z(x, ids, mask, *, center=True, scale=True, ddof=1, eps=1e-6, eps_mode
             if max(vals) == min(vals):
                 out[b, k] = 0.0 if center else num
                 continue
-            if not scale:
+            if scale in (False, "none"):
                 out[b, k] = num
                 continue
             var = sum((v - mean) ** 2 for v in vals) / (n - ddof)

@@ -34,7 +34,7 @@ def _zscore(values, ddof, eps, scale=True):
     if max(values) == min(values):
         return [0.0] * n
     mean = sum(values) / n
-    if not scale:
+    if scale in (False, "none"):
         return [v - mean for v in values]
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - ddof))
     return [(v - mean) / (std + eps) for v in values]
