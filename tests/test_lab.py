@@ -223,3 +223,20 @@ def test_shuffle_valid_is_a_permutation_uncorrelated_with_the_input():
         corrs.append(X.pearson(y[np.asarray(mask)], np.asarray(x)[np.asarray(mask)]))
     # Each correlation has sd 1/sqrt(41) ~ 0.16; their mean over 200 draws has sd ~ 0.011.
     assert abs(float(np.mean(corrs))) < 0.05
+
+
+def test_refinement_policy_candidate_logits_equal_the_concatenated_linear_map():
+    # RefinePolicy computes val_in([h, local]) as h·W_h (once per row) + local·W_local + b; the
+    # reference is the plain nnx.Linear on the concatenation, h repeated at every position.
+    task = R.RefineTask()
+    model = task.policy(16, rngs=nnx.Rngs(params=0))
+    obs = jax.random.uniform(jax.random.key(1), (5, task.obs_dim))
+    L, V = task.length, task.alphabet
+    h = model.trunk(obs)
+    answer = obs[:, : L * (V + 1)].reshape(5, L, V + 1)
+    passed = obs[:, L * (V + 1): L * (V + 2)].reshape(5, L, 1)
+    failed = obs[:, L * (V + 2): L * (2 * V + 2)].reshape(5, L, V)
+    local = jnp.concatenate([jnp.broadcast_to(h[:, None], (5, L, 16)),
+                             jnp.broadcast_to(jnp.eye(L), (5, L, L)), answer, passed, failed], -1)
+    want = model.val_out(jax.nn.relu(model.val_in(local)))
+    np.testing.assert_allclose(model._logits(obs)[1], want, atol=1e-5)

@@ -14,15 +14,9 @@ so on two cores the tasks share the machine instead of waiting for each other).
 
 from __future__ import annotations
 
-import os
-
-# Compilation, not training, dominates a run on two CPU cores (the programs hold every method's
-# credit math): XLA's backend optimisation level 0 compiles them ~2.5x faster for a ~1.4x slower
-# run. Set before JAX creates its CPU backend; an XLA_FLAGS of the user's own is left alone.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
-
 import argparse
 import dataclasses
+import os
 import pathlib
 import pickle
 import platform
@@ -37,7 +31,7 @@ from . import env as E
 from . import lab, report, tables
 from . import metrics as X
 from . import refine as R
-from .methods import METHODS, VARIANTS
+from .methods import BASELINES, DIAGNOSTICS, METHODS, VARIANTS
 from .train import Config, get_runner
 
 _SMALL = dict(hidden=64, prompts=8, group=8, eval_every=20, eval_repeats=4)
@@ -87,12 +81,9 @@ def say(*parts):
 def run_task(name: str, cfg: Config, methods, seeds, t0: float, raw: pathlib.Path | None = None) -> dict:
     """Train and measure one task; return its JSON record. ``raw``: a pickle of the host-side
     runs, written after training, or read instead of training when it exists (``--from-raw``)."""
-    from .methods import DIAGNOSTICS
-
-    measured = tuple(methods) + tuple(d for d in DIAGNOSTICS if d not in methods)
     if raw is not None and raw.exists():
         with open(raw, "rb") as f:
-            return task_record(name, cfg, methods, pickle.load(f), measured)
+            return task_record(name, cfg, methods, pickle.load(f))
     runner = get_runner(cfg, tuple(methods))
 
     def log(step, total, ms):
@@ -101,15 +92,16 @@ def run_task(name: str, cfg: Config, methods, seeds, t0: float, raw: pathlib.Pat
 
     say(f"[{name}] compiling and training {len(methods)} methods x {len(seeds)} seeds ...")
     runs = runner.run(seeds, log, steps=cfg.steps)
-    say(f"[{name}] trained, {time.perf_counter() - t0:.0f}s; measuring")
+    say(f"[{name}] trained, {time.perf_counter() - t0:.0f}s; measuring. Phases (wall s, compilation "
+        "included): " + ", ".join(f"{k} {v:.0f}" for k, v in runner.timers.items()))
     if raw is not None:
         raw.parent.mkdir(parents=True, exist_ok=True)
         with open(raw, "wb") as f:
             pickle.dump(runs, f)
-    return task_record(name, cfg, methods, runs, runner.measured)
+    return task_record(name, cfg, methods, runs)
 
 
-def task_record(name, cfg, methods, runs, measured=()) -> dict:
+def task_record(name, cfg, methods, runs) -> dict:
     labels = {m.name: m.label for m in methods}
     index = {m.name: i for i, m in enumerate(methods)}
     record = {"label": cfg.task.label, "config": dataclasses.asdict(cfg), "methods": {}, "curves": {},
@@ -127,6 +119,8 @@ def task_record(name, cfg, methods, runs, measured=()) -> dict:
                for key in ("success", "ret")},
         }
     grpo = index.get("grpo")
+    every = {**METHODS, **VARIANTS, **{d.name: d for d in DIAGNOSTICS},
+             **{b.name: b for b in BASELINES}}
     for step in cfg.checkpoints:
         if step not in runs[methods[0].name].labs:
             continue
@@ -134,21 +128,23 @@ def task_record(name, cfg, methods, runs, measured=()) -> dict:
         credit, roles = {}, {}
         for m in methods:
             lb = runs[m.name].labs[step]  # the method's own policy at this checkpoint
-            per = lab.method_metrics(lb, index[m.name])
+            per = lab.method_metrics(lb, lb.index(m.name))
             credit[m.name] = {"label": labels[m.name], **{k: X.summarize(v) for k, v in per.items()}}
-            roles[m.name] = lab.role_metrics(lb, index[m.name])
+            roles[m.name] = lab.role_metrics(lb, lb.index(m.name))
         record["lab"]["credit"][st] = credit
         record["lab"]["roles"][st] = roles
-        # TCPO's parts and switched readings, measured on TCPO + hindsight's own policy.
-        host = "tcpo_hindsight" if "tcpo_hindsight" in runs else methods[0].name
-        diag = {}
-        for i, d in enumerate(measured):
-            if d.name in index:
+        # TCPO's parts and switched readings, measured on TCPO + hindsight's own policy; the
+        # outcome baselines plain and shrunk, on GRPO's own batch.
+        for key, host in [("diagnostics", "tcpo_hindsight"), ("baselines", "grpo")]:
+            if host not in runs:
                 continue
-            per = lab.method_metrics(runs[host].labs[step], i)
-            diag[d.name] = {"label": d.label, "policy": host,
-                            **{k: X.summarize(v) for k, v in per.items()}}
-        record["lab"].setdefault("diagnostics", {})[st] = diag
+            lb = runs[host].labs[step]
+            rows = {}
+            for i, n in enumerate(lb.names[1:], start=1):
+                per = lab.method_metrics(lb, i)
+                rows[n] = {"label": every[n].label, "policy": host,
+                           **{k: X.summarize(v) for k, v in per.items()}}
+            record["lab"].setdefault(key, {})[st] = rows
         ref = runs["grpo" if grpo is not None else methods[0].name].labs[step]
         gt = lab.ground_truth_quality(ref)
         record["lab"]["ground_truth"][st] = {
@@ -157,7 +153,7 @@ def task_record(name, cfg, methods, runs, measured=()) -> dict:
             **{k: X.summarize(v) for k, v in gt.items()},
         }
         if grpo is not None:
-            tri = lab.triage_metrics(ref, grpo, lam=cfg.settings.triage_lam)
+            tri = lab.triage_metrics(ref, ref.index("grpo"), lam=cfg.settings.triage_lam)
             record["lab"]["triage"][st] = {
                 k: {"label": v["label"], **{q: X.summarize(v[q]) for q in v if q != "label"}}
                 for k, v in tri.items()
@@ -207,6 +203,13 @@ def main(argv=None) -> int:
         say(f"  {t}: {k.label}, L={k.length} V={k.alphabet} K={k.turns}, G={cfg.group} x "
             f"{cfg.prompts} prompts, {cfg.steps} steps, hidden {cfg.hidden}; ground truth at steps "
             f"{list(cfg.checkpoints)}: {cfg.lab_pairs} pairs x {cfg.lab_branches} branch pairs")
+    compile_s = [0.0]
+
+    def on_duration(event, secs, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compile_s[0] += secs
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     results, errors = {}, []
 
@@ -232,8 +235,10 @@ def main(argv=None) -> int:
         "preset": preset,
         "seeds": seeds,
         "tasks": {t: results[t] for t in tasks},
-        "timing": {"wall_s": wall, "cpu_s": cpu,
-                   "note": "process CPU time (user+sys) of the whole run, compilation included"},
+        "timing": {"wall_s": wall, "cpu_s": cpu, "compile_wall_s": compile_s[0],
+                   "note": "process CPU time (user+sys) of the whole run, compilation included; "
+                           "compile_wall_s: XLA backend compilation, wall seconds summed over "
+                           "programs (the two task threads compile concurrently)"},
         "environment": {"jax": jax.__version__, "platform": jax.devices()[0].platform,
                         "cpu_count": os.cpu_count(), "python": platform.python_version()},
         "command": "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -244,7 +249,8 @@ def main(argv=None) -> int:
     report.plot_credit(out / "lab-credit.png", record)
     print()
     print(tables.render(record))
-    print(f"\nwall time {wall:.0f} s, process CPU time {cpu:.0f} s (compilation included)")
+    print(f"\nwall time {wall:.0f} s, process CPU time {cpu:.0f} s (compilation included; XLA "
+          f"compilation {compile_s[0]:.0f} s wall summed over programs)")
     print(f"wrote {out / 'lab.json'}, " + ", ".join(str(out / f"lab-{t}.png") for t in tasks)
           + f", {out / 'lab-credit.png'}")
     return 0

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import credax
 
 from . import groundtruth, judges
-from .policy import Policy, Rollout, gumbel
+from .policy import Policy, Rollout, final_score, gumbel
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,13 @@ class Settings:
     mt_turn_coef: float = 1.0  # MT-GRPO turn_advantage_coef (repo default)
     gigpo_gamma: float = 0.95  # GiGPO γ (verl-agent scripts)
     gigpo_omega: float = 1.0  # GiGPO ω (verl-agent scripts)
-    value_coef: float = 0.5  # weight of the value head's MSE in the loss (learned-value baseline)
+    # Learned-value baseline: GAE over turns (γ = λ = 1: the advantage is outcome − V(turn)) and
+    # credax.value_loss, ½·clipped squared error, verl's clip 0.5; weight 1 keeps the value
+    # head's earlier weight (0.5 × mean squared error).
+    value_coef: float = 1.0
+    value_clip: float = 0.5
+    value_gamma: float = 1.0
+    value_lam: float = 1.0
     cf_alternatives: int = 4  # TCPO: M alternatives per selected turn
     cf_budget: int = 16  # TCPO: Top-L selected turns per batch (scope="batch", SPEC default)
 
@@ -117,10 +123,49 @@ def gigpo(ctx: Context, s: Settings) -> jax.Array:
     )
 
 
+def outcome_rewards(turn_mask: jax.Array, outcome: jax.Array) -> jax.Array:
+    """``f32[B, K]``: the episode return on each row's last real turn, ``0`` elsewhere (the reward
+    layout whose undiscounted GAE with ``λ = 1`` is ``outcome − V`` at every turn)."""
+    K = turn_mask.shape[1]
+    last = jnp.sum(turn_mask.astype(jnp.int32), axis=1) - 1
+    return jnp.where(jnp.arange(K, dtype=jnp.int32)[None] == last[:, None], outcome[:, None], 0.0)
+
+
 def value_baseline(ctx: Context, s: Settings) -> jax.Array:
-    """Learned value baseline: ``outcome - V(observation)`` per turn, V a head on the shared trunk
-    regressed on the outcome (TRIAGE's outcome-supervised shared-backbone value comparison)."""
-    return _mask(ctx, ctx.outcome[:, None] - ctx.values)
+    """Learned value baseline: turn-level GAE (``credax.gae_advantages``, each turn one step, the
+    return on the last turn, γ = λ = 1: ``outcome − V(observation)``), V a head on the shared
+    trunk trained with ``credax.value_loss`` on the GAE returns (TRIAGE's outcome-supervised
+    shared-backbone value comparison)."""
+    r = ctx.rollout
+    return credax.gae_advantages(outcome_rewards(r.turn_mask, ctx.outcome), ctx.values, r.turn_mask,
+                                 gamma=s.value_gamma, lam=s.value_lam).advantages
+
+
+def hgpo(ctx: Context, s: Settings) -> jax.Array:
+    """HGPO with verl-agent's shipped configuration (``credax.presets.HGPO_VERL_AGENT``: history
+    2, γ 0.95, level weights (k+1)^1, population std, no episode level), groups keyed on the
+    last k anchor hashes within the prompt; step reward = score change, plus the episode's turn
+    costs (``outcome − final score``: 0 on the probe task) on its last turn, so the undiscounted
+    sum of the step rewards is the episode return."""
+    r = ctx.rollout
+    step = _score_change(ctx) + outcome_rewards(r.turn_mask, ctx.outcome - final_score(r))
+    return credax.hgpo_advantages(ctx.outcome, step, r.anchors, r.turn_mask, ctx.groups,
+                                  **credax.presets.HGPO_VERL_AGENT).advantages
+
+
+# --- shrinkage baselines (James–Stein; arXiv 2511.03710) ---------------------------------------
+
+
+def shrink(ctx: Context, s: Settings) -> jax.Array:
+    """Dr. GRPO with credax's shrinkage baseline: ``r − b``, ``b`` the prompt mean shrunk toward
+    the across-prompt mean (``credax.shrinkage_advantages``; unscaled, Dr. GRPO's aggregation)."""
+    return _per_turn(ctx, credax.shrinkage_advantages(ctx.outcome, ctx.groups))
+
+
+def shrink_rloo(ctx: Context, s: Settings) -> jax.Array:
+    """RLOO with the shrinkage baseline: the mean of the other rows, shrunk toward the
+    across-prompt mean (``credax.shrinkage_advantages(leave_one_out=True)``)."""
+    return _per_turn(ctx, credax.shrinkage_advantages(ctx.outcome, ctx.groups, leave_one_out=True))
 
 
 def scalar_process(ctx: Context, s: Settings) -> jax.Array:
@@ -245,7 +290,10 @@ METHODS: dict[str, Method] = {
         Method("dr_grpo", "Dr. GRPO", dr_grpo, agg="seq-mean-token-sum-norm"),
         Method("rloo", "RLOO", rloo),
         Method("mt_grpo", "MT-GRPO", mt_grpo),
+        Method("shrink", "shrinkage baseline (Dr. GRPO form)", shrink, agg="seq-mean-token-sum-norm"),
+        Method("shrink_rloo", "shrinkage baseline (RLOO form)", shrink_rloo),
         Method("gigpo", "GiGPO", gigpo),
+        Method("hgpo", "HGPO (verl-agent preset)", hgpo),
         Method("value", "value baseline", value_baseline, value_loss=True),
         Method("scalar_prm", "scalar process reward", scalar_process),
         Method("triage", "TRIAGE (oracle judge)", triage(judges.oracle)),
@@ -305,3 +353,14 @@ DIAGNOSTICS: tuple[Method, ...] = (
     Method("grpo_plus_tcpo", "diagnostic: GRPO + TCPO-hindsight advantage",
            lambda ctx, s: grpo(ctx, s) + tcpo_hindsight(ctx, s)),
 )
+
+# Measured by the lab on GRPO's own batch at every checkpoint: the unscaled outcome baselines,
+# plain and shrunk, on the same rollouts (the shrinkage baseline's variance reduction against A*).
+BASELINES: tuple[Method, ...] = (
+    Method("dr_grpo", "Dr. GRPO", dr_grpo),
+    Method("shrink", "shrinkage baseline (Dr. GRPO form)", shrink),
+    Method("rloo", "RLOO", rloo),
+    Method("shrink_rloo", "shrinkage baseline (RLOO form)", shrink_rloo),
+)
+
+METHODS_BY_NAME: dict[str, Method] = {**METHODS, **VARIANTS, **{d.name: d for d in DIAGNOSTICS}}

@@ -189,9 +189,14 @@ class RefinePolicy(nnx.Module):
         passed = obs[..., L * (V + 1) : L * (V + 2)].reshape(*batch, L, 1)
         failed = obs[..., L * (V + 2) : L * (2 * V + 2)].reshape(*batch, L, V)
         pos = jnp.broadcast_to(jnp.eye(L, dtype=obs.dtype), (*batch, L, L))
-        hs = jnp.broadcast_to(h[..., None, :], (*batch, L, h.shape[-1]))
-        local = jnp.concatenate([hs, pos, answer, passed, failed], axis=-1)
-        val = self.val_out(jax.nn.relu(self.val_in(local)))  # [..., L, V]
+        local = jnp.concatenate([pos, answer, passed, failed], axis=-1)
+        # val_in([h, local]) with the trunk's share h·W_h computed once per row, not once per
+        # position (the same affine map; L times fewer multiply-adds for the trunk's part).
+        H = h.shape[-1]
+        kernel, bias = self.val_in.kernel[...], self.val_in.bias[...]
+        bias = bias.reshape((1,) * (local.ndim - 1) + (-1,))
+        pre = (h @ kernel[:H])[..., None, :] + local @ kernel[H:] + bias
+        val = self.val_out(jax.nn.relu(pre))  # [..., L, V]
         return self.type_head(h), val
 
     def __call__(self, obs, tokens):

@@ -61,7 +61,8 @@ def write_json(path: pathlib.Path, record: dict) -> None:
 # Panels of the learning-curve figure: each method family against the GRPO reference.
 PANELS = [
     ("Outcome and step-level baselines",
-     ["grpo", "dr_grpo", "rloo", "mt_grpo", "gigpo", "value", "scalar_prm"]),
+     ["grpo", "dr_grpo", "rloo", "shrink", "shrink_rloo", "mt_grpo", "gigpo", "hgpo", "value",
+      "scalar_prm"]),
     ("TRIAGE: judge reliability", ["grpo", "triage", "triage_p02", "triage_p04", "triage_blind"]),
     ("TCPO rungs and controls", ["grpo", "tcpo_retro", "tcpo_hindsight", "tcpo_full", "true_adv",
                                  "shuffled", "tcpo_unnormalized", "tcpo_no_preserve"]),
@@ -127,7 +128,7 @@ def plot_credit(path: pathlib.Path, record: dict) -> None:
     at every checkpoint (each method on its own policy), mean and 95% bootstrap interval over seeds."""
     plt = _plt()
     tasks = list(record["tasks"])
-    fig, axes = plt.subplots(1, 2 * len(tasks), figsize=(4.6 * 2 * len(tasks), 6.2), sharey=True,
+    fig, axes = plt.subplots(1, 2 * len(tasks), figsize=(4.6 * 2 * len(tasks), 7.4), sharey=True,
                              squeeze=False)
     axes = axes[0]
     for t_i, t in enumerate(tasks):
@@ -150,7 +151,9 @@ def plot_credit(path: pathlib.Path, record: dict) -> None:
             ax.set_xlim(-0.5, 1.05)
             ax.set_title(f"{record['tasks'][t]['label']}\n{metric.capitalize()} with A*", fontsize=10)
             ax.grid(alpha=0.3, axis="x")
-            ax.legend(fontsize=7, loc="upper left")
+            # Below the panel: inside it the legend would cover some method's interval.
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.05), ncol=3,
+                      frameon=False)
         axes[2 * t_i].set_yticks(y)
         axes[2 * t_i].set_yticklabels([credit[steps[0]][n]["label"] for n in names], fontsize=8)
     axes[0].invert_yaxis()

@@ -1,15 +1,16 @@
-"""The training loop: rollout, credit, clipped policy loss and adamw, all in one jitted step.
+"""The training loop: rollout, credit, clipped policy loss and adamw, compiled once per task.
 
 One training step = sample ``prompts`` training-split targets, roll out ``group`` episodes each,
 compute per-turn advantages ``[B, K]`` with the method's credax function, and take ``epochs`` adamw
 steps on the clipped surrogate (``credax.nnx.policy_loss_fn`` → ``credax.policy_loss``, which
-gathers each token's turn advantage through ``token_turn`` inside the fused loss).
-``eval_every`` steps are fused into one ``lax.scan``; seeds are a vmapped axis, so one compiled
-program trains every seed of a method at once and the Python loop only reports progress.
+gathers each token's turn advantage through ``token_turn`` inside the fused loss). Every
+(method, seed) pair is one instance of a ``vmap`` (``Runner``): the rollout and the optimisation of
+all instances are one program each, and each method's credit runs on its own instances only.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -22,8 +23,7 @@ from flax import nnx
 import credax
 
 from . import env as E
-from .lab import credit_eval
-from .methods import DIAGNOSTICS, Context, Method, Settings
+from .methods import BASELINES, DIAGNOSTICS, METHODS_BY_NAME, Context, Method, Settings, outcome_rewards
 from .policy import Policy, Rollout, episode_return, final_score, rollout
 
 
@@ -104,7 +104,8 @@ class Batch(NamedTuple):
 
     policy: credax.nnx.PolicyBatch  # tokens [B, 1 + 3K] (BOS + action tokens), per-turn credit
     obs: jax.Array  # f32[B, K, D] observations (the model's side input, like an encoder's)
-    outcome: jax.Array  # f32[B] episode return (value-head target)
+    old_values: jax.Array  # f32[B, K] the value head at rollout time (value-loss clip anchor)
+    returns: jax.Array  # f32[B, K] the value head's target (credax.gae_advantages returns)
     turn_mask: jax.Array  # bool[B, K]
 
 
@@ -143,22 +144,22 @@ def _apply(obs):
 
 
 def loss_fn(model: Policy, batch: Batch, normalizer: jax.Array, value_coef: jax.Array, cfg: Config):
-    """credax's clipped policy loss on the action tokens, plus the value head's regression.
+    """credax's clipped policy loss on the action tokens, plus credax's clipped value loss.
 
     ``normalizer`` is the aggregation denominator: the batch's valid-token count (``token-mean``,
     every method but Dr. GRPO) or Dr. GRPO's constant ``sequences x max response tokens`` — the
     same ``Σ_{b,t} ℓ / normalizer`` as credax's ``seq-mean-token-sum-norm``, passed as a traced
     value so every method shares one compiled program. ``value_coef`` is 0 except for the
-    learned-value baseline.
+    learned-value baseline, whose head regresses on the GAE returns with ``credax.value_loss``
+    (``½·max((V − R)², (clip(V, V_old ± c) − R)²)``, verl's clip ``c = 0.5``).
     """
     loss, metrics = credax.nnx.policy_loss_fn(
         model, batch.policy, apply=_apply(batch.obs), agg="token-mean", normalizer=normalizer,
         clip_low=cfg.clip, clip_high=cfg.clip,
     )
-    v = model.value(batch.obs)
-    err = jnp.where(batch.turn_mask, jnp.square(v - batch.outcome[:, None]), 0.0)
-    value_loss = jnp.sum(err) / jnp.maximum(jnp.sum(batch.turn_mask.astype(jnp.float32)), 1.0)
-    return loss + value_coef * value_loss, metrics
+    v = credax.value_loss(model.value(batch.obs), batch.old_values, batch.returns, batch.turn_mask,
+                          clip=cfg.settings.value_clip)
+    return loss + value_coef * v.loss, metrics
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
@@ -192,162 +193,248 @@ def make_context(model: Policy, key: jax.Array, pool: jax.Array, cfg: Config) ->
     return Context(r, group_ids, outcome, values, token_turn, model, k_credit)
 
 
-def train_step(graphdef, state, key, pool, index, methods: tuple[Method, ...], cfg: Config):
-    """One training step of method ``methods[index]`` (``index`` traced: one program for all)."""
-    model, opt = nnx.merge(graphdef, state)
-    ctx = make_context(model, key, pool, cfg)
-    r, outcome, token_turn = ctx.rollout, ctx.outcome, ctx.token_turn
+# --- the three phases of a training step (each vmapped over (method, seed) instances) ----------
+
+
+def rollout_phase(graphdef, state, key, pool, cfg: Config) -> Context:
+    """One batch of the instance's policy (the context without the model: it is not an array)."""
+    model, _ = nnx.merge(graphdef, state)
+    return make_context(model, key, pool, cfg)._replace(model=None)
+
+
+def credit_phase(graphdef, state, ctx: Context, method: Method, cfg: Config) -> jax.Array:
+    """``f32[B, K]``: ``method``'s per-turn advantages on the batch (the model put back for the
+    methods that resample from the policy: TCPO's counterfactuals, the true-advantage control)."""
+    model, _ = nnx.merge(graphdef, state)
+    return jax.lax.stop_gradient(method.credit(ctx._replace(model=model), cfg.settings))
+
+
+def update_phase(graphdef, state, ctx: Context, adv, dr_norm, uses_value, cfg: Config):
+    """``epochs`` adamw steps on the clipped surrogate of the batch with advantages ``adv``."""
+    r, outcome = ctx.rollout, ctx.outcome
     B, K = r.scores.shape
-    # Only the selected branch runs (the index is not batched by the seed vmap).
-    branches = [lambda m=m: m.credit(ctx, cfg.settings) for m in methods]
-    adv = jax.lax.stop_gradient(jax.lax.switch(index, branches))
-    batch = Batch(to_sequence(r, adv, token_turn), r.obs, outcome, r.turn_mask)
+    gae = credax.gae_advantages(outcome_rewards(r.turn_mask, outcome), ctx.values, r.turn_mask,
+                                gamma=cfg.settings.value_gamma, lam=cfg.settings.value_lam)
+    batch = Batch(to_sequence(r, adv, ctx.token_turn), r.obs, ctx.values, gae.returns, r.turn_mask)
     tokens = jnp.sum(batch.policy.mask.astype(jnp.float32))
-    dr_norm = jnp.asarray([m.agg == "seq-mean-token-sum-norm" for m in methods])[index]
     normalizer = jnp.where(dr_norm, jnp.float32(B * K * cfg.task.slots), tokens)
-    uses_value = jnp.asarray([m.value_loss for m in methods])[index]
     value_coef = jnp.where(uses_value, jnp.float32(cfg.settings.value_coef), jnp.float32(0.0))
     grad_fn = nnx.value_and_grad(loss_fn, has_aux=True)
-    for _ in range(cfg.epochs):
+
+    def epoch(st, _):
+        model, opt = nnx.merge(graphdef, st)
         (loss, metrics), grads = grad_fn(model, batch, normalizer, value_coef, cfg)
         # optax's bias correction computes `decay ** int_count`, which strict dtype promotion (the
         # test suite's setting) refuses; everything else here is strict-clean.
         with jax.numpy_dtype_promotion("standard"):
             opt.update(model, grads)
+        return nnx.state((model, opt)), (loss, metrics.clip_frac_low + metrics.clip_frac_high)
+
+    state, (loss, clip) = jax.lax.scan(epoch, state, None, length=cfg.epochs)
     valid = jnp.maximum(jnp.sum(r.turn_mask.astype(jnp.float32)), 1.0)
-    # Credit diagnostics: the mean advantage each method gives turns of each oracle role.
-    is_role = r.turn_mask[..., None] & (r.roles[..., None] == jnp.arange(4, dtype=jnp.int32)[None, None])
-    role_count = jnp.sum(is_role.astype(jnp.float32), axis=(0, 1))
-    role_sum = jnp.sum(jnp.where(is_role, adv[..., None], 0.0), axis=(0, 1))
     info = dict(
-        loss=loss,
+        loss=loss[-1],
         train_return=jnp.mean(outcome),
         train_success=jnp.mean((final_score(r) >= 1.0).astype(jnp.float32)),
         adv_abs=jnp.sum(jnp.abs(adv)) / valid,
-        clip_frac=metrics.clip_frac_low + metrics.clip_frac_high,
-        role_adv_sum=role_sum,
-        role_count=role_count,
+        clip_frac=clip[-1],
     )
-    return nnx.state((model, opt)), info
+    return state, info
+
+
+# XLA's CPU backend optimisation level per program. Compilation dominates a 2-core run for the
+# big programs that hold every method's credit math, and running time for the small hot ones
+# (the rollout, the optimisation epochs, the ground truth's branch rollouts): the credit programs
+# compile at level 0 (~2x faster to compile, their run time is negligible), the hot ones at the
+# default level 2 (~2x faster to run). The user's XLA_FLAGS still apply to everything else.
+HOT = {"xla_backend_optimization_level": 2}
+COLD = {"xla_backend_optimization_level": 0}
 
 
 class Runner:
-    """The compiled programs of one configuration (one task): training every method and seed at
-    once, held-out evaluation, and the credit lab's checkpoint evaluation.
+    """The compiled programs of one configuration (one task) and the loop that drives them.
 
-    Training: the method is a traced index into ``methods`` (a ``lax.switch``) and each
-    (method, seed) pair is one instance of a ``vmap``, so one compiled program trains every
-    method and seed together in ``eval_every``-step chunks (``lax.scan``). Under the vmap every
-    credit branch is computed for every instance and the instance's own is selected — cheap, as
-    the credit math is small next to the rollout and the two optimisation epochs — except for
-    the "true advantage" control, whose per-turn ground-truth branches would cost ``K`` rollouts
-    per step for all instances: it trains in its own program (the index unbatched, only its branch
-    runs). The lab program takes one seed axis and is called once per (method, checkpoint).
+    Every (method, seed) pair is one instance of a ``vmap``: method ``i`` of ``methods`` owns the
+    instances ``[i·S, (i+1)·S)``. A training step is three programs: the rollout of every
+    instance (hot), every method's credit on its own instances only (one cold program holding
+    each method's credit code once, applied to its static slice; the true-advantage control,
+    whose per-turn branch rollouts are hot, has its own program), and the optimisation epochs of
+    every instance (hot, the epochs a ``lax.scan``). The held-out evaluation and the credit lab
+    (``lab.py``) run on all instances at once; at step 0 every method's instances hold the same
+    initial parameters and keys, so the lab's step-0 batch is the same for all of them.
     """
 
     def __init__(self, cfg: Config, methods: tuple[Method, ...]):
+        from . import lab
+
         self.cfg, self.methods = cfg, tuple(methods)
+        # Seconds (wall, this thread, results waited for) per phase: where the run's time goes.
+        self.timers: dict[str, float] = {}
         self.train_pool, self.eval_pool = E.split_targets(cfg.task)
         self.graphdef, _ = init(cfg, jax.random.key(0))
-        graphdef, methods = self.graphdef, self.methods
-        self.batched = tuple(m for m in methods if m.name != "true_adv")
-        self.solo = tuple(m for m in methods if m.name == "true_adv")
-        # The lab measures every method's credit, then the TCPO diagnostics (never trained).
-        self.measured = methods + tuple(d for d in DIAGNOSTICS if d not in methods)
+        gd, methods = self.graphdef, self.methods
+        hot = lambda f: jax.jit(f, compiler_options=HOT)
+        cold = lambda f: jax.jit(f, compiler_options=COLD)
+        self.solo = [i for i, m in enumerate(methods) if m.name == "true_adv"]
+        # Measured by the lab only: TCPO's parts and switches (on TCPO + hindsight's policy) and
+        # the outcome baselines' variance comparison (on GRPO's policy).
+        self.diagnostics = tuple(d for d in DIAGNOSTICS if d.name not in {m.name for m in methods})
+        self.baselines = BASELINES
 
-        def init_state(key):
-            return init(cfg, key)[1]
+        self.init_state = hot(jax.vmap(lambda k: init(cfg, k)[1]))
+        self.roll = hot(jax.vmap(lambda st, k, pool: rollout_phase(gd, st, k, pool, cfg),
+                                 in_axes=(0, 0, None)))
 
-        def chunk_of(group):
-            def chunk(state, key, pool, index):
-                def body(s, k):
-                    return train_step(graphdef, s, k, pool, index, group, cfg)
+        def credits(states, ctx):
+            n = ctx.outcome.shape[0] // len(methods)
+            out = []
+            for i, m in enumerate(methods):
+                sl = lambda x, i=i: x[i * n:(i + 1) * n]
+                if i in self.solo:
+                    out.append(jnp.zeros_like(ctx.rollout.scores[:n]))
+                    continue
+                out.append(jax.vmap(lambda st, c, m=m: credit_phase(gd, st, c, m, cfg))(
+                    jax.tree.map(sl, states), jax.tree.map(sl, ctx)))
+            return jnp.concatenate(out)
 
-                keys = jax.random.split(key, cfg.eval_every)
-                return jax.lax.scan(body, state, keys)
+        def each(group):
+            return lambda st, c: jnp.stack(
+                [credit_phase(gd, st, c, m, cfg) for m in group]) if group else None
 
-            return chunk
+        self.credits = cold(credits)
+        true_adv = METHODS_BY_NAME["true_adv"]
+        self.true_credit = hot(jax.vmap(lambda st, c: credit_phase(gd, st, c, true_adv, cfg)))
+        self.diag_credits = cold(jax.vmap(each(self.diagnostics), out_axes=1))
+        self.baseline_credits = cold(jax.vmap(each(self.baselines), out_axes=1))
+        dr = np.asarray([m.agg == "seq-mean-token-sum-norm" for m in methods])
+        uv = np.asarray([m.value_loss for m in methods])
+        self._flags = (dr, uv)
+        self.update = hot(jax.vmap(lambda st, c, a, d, u: update_phase(gd, st, c, a, d, u, cfg)))
 
         def ev(state, key, targets):
-            model, _ = nnx.merge(graphdef, state)
+            model, _ = nnx.merge(gd, state)
             return evaluate(model, targets, key, cfg.eval_repeats)
 
-        def lab(state, key, pool):
-            model, _ = nnx.merge(graphdef, state)
-            k_ctx, k_lab = jax.random.split(key)
-            ctx = make_context(model, k_ctx, pool, cfg)
-            return credit_eval(model, ctx, self.measured, cfg.settings, pairs=cfg.lab_pairs,
-                               branches=cfg.lab_branches, key=k_lab)
+        self.evaluate = hot(jax.vmap(ev, in_axes=(0, 0, None)))
+        self.lab_core = hot(jax.vmap(lambda st, c, k: lab.core(gd, st, c, k, cfg)))
 
-        self.init_state = jax.jit(jax.vmap(init_state))
-        self.chunk = jax.jit(jax.vmap(chunk_of(self.batched), in_axes=(0, 0, None, 0)))
-        self.chunk_solo = jax.jit(jax.vmap(chunk_of(self.solo), in_axes=(0, 0, None, None)))
-        self.evaluate = jax.jit(jax.vmap(ev, in_axes=(0, 0, None)))
-        self.lab = jax.jit(jax.vmap(lab, in_axes=(0, 0, None)))
+    # --- driving the programs ----------------------------------------------------------------
+
+    def _timed(self, phase, f, *args, **kw):
+        t = time.perf_counter()
+        out = jax.block_until_ready(f(*args, **kw))
+        self.timers[phase] = self.timers.get(phase, 0.0) + time.perf_counter() - t
+        return out
+
+    def step_credit(self, states, ctx):
+        """Every instance's own method's advantages ``f32[M·S, B, K]``."""
+        adv = self.credits(states, ctx)
+        n = ctx.outcome.shape[0] // len(self.methods)
+        for i in self.solo:
+            sl = lambda x, i=i: x[i * n:(i + 1) * n]
+            true = self.true_credit(jax.tree.map(sl, states), jax.tree.map(sl, ctx))
+            adv = jnp.concatenate([adv[:i * n], true, adv[(i + 1) * n:]])
+        return adv
+
+    def lab(self, states, keys, *, shared: bool = False) -> dict:
+        """The credit lab on every instance's own policy: ``{method name: lab.LabBatch}``.
+        ``shared``: every method's instances hold the same parameters (step 0)."""
+        from . import lab
+
+        S = states_leading(states) // len(self.methods)
+        ctx = self.roll(states, keys, self.train_pool)
+        adv = np.asarray(self.credits(states, ctx))
+        names = {m.name: i for i, m in enumerate(self.methods)}
+        sl = lambda x, i: jax.tree.map(lambda a: a[i * S:(i + 1) * S], x)
+        # One method's instances per call (one compiled shape); at step 0 every method holds the
+        # same parameters and keys, so one call serves all of them.
+        cores = {}
+        for i in range(len(self.methods)):
+            if shared and cores:
+                cores[i] = cores[0]
+                continue
+            cores[i] = jax.tree.map(np.asarray, self.lab_core(sl(states, i), sl(ctx, i), sl(keys, i)))
+        extra = {}
+        for host, group, fn in [("tcpo_hindsight", self.diagnostics, self.diag_credits),
+                                ("grpo", self.baselines, self.baseline_credits)]:
+            if group and host in names:
+                i = names[host]
+                extra[host] = (group, np.asarray(fn(sl(states, i), sl(ctx, i))))
+        out = {}
+        for m, i in names.items():
+            rows = [(m, adv[i * S:(i + 1) * S])]
+            if m in extra:
+                group, credit = extra[m]
+                rows += [(d.name, credit[j]) for j, d in enumerate(group)]
+            out[m] = lab.assemble(cores[i], rows, true_adv=m == "true_adv")
+        return out
 
     def run(self, seeds, log=None, *, steps: int | None = None) -> dict:
         """Train every method on every seed; return ``{method name: Run}``.
 
         The same seed gives every method the same initial parameters, the same training prompts,
         the same evaluation keys and the same lab keys (common random numbers: differences
-        between methods are not differences in the luck of the draw). ``log(stage, step, total,
-        {name: Metrics})`` is called after every chunk.
+        between methods are not differences in the luck of the draw). ``log(step, total,
+        {name: Metrics})`` is called after every ``eval_every`` steps.
         """
-        cfg = self.cfg
-        S = len(seeds)
+        cfg, methods = self.cfg, self.methods
+        S, M = len(seeds), len(self.methods)
         keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, dtype=jnp.uint32))
         fold = lambda ks, i: jax.vmap(lambda k: jax.random.fold_in(k, i))(ks)
+        tile = lambda x: jax.tree.map(lambda a: jnp.concatenate([a] * M, axis=0), x)
         k_init, k_train, k_eval, k_lab = (fold(keys, i) for i in range(4))
         total = cfg.steps if steps is None else steps
         chunks = max(1, total // cfg.eval_every)
         marks = sorted(s for s in cfg.checkpoints if s <= chunks * cfg.eval_every)
         host = lambda x: jax.tree.map(np.asarray, x)
-        state0 = self.init_state(k_init)
-        lab0 = host(self.lab(state0, fold(k_lab, 0), self.train_pool)) if 0 in marks else None
-        m0 = host(self.evaluate(state0, fold(k_eval, 0), self.eval_pool))
-        out = {}
-        for group, batched in [(self.batched, True), (self.solo, False)]:
-            if not group:
-                continue
-            M = len(group)
-            tile = lambda x, M=M: jnp.concatenate([x] * M, axis=0)  # instance i: method i // S
-            state = jax.tree.map(tile, state0)
-            index = jnp.repeat(jnp.arange(M, dtype=jnp.int32), S)
-            split = lambda x, M=M: jax.tree.map(lambda a: a.reshape(M, S, *a.shape[1:]), x)
-            curves = [[(0, m0)] for _ in range(M)]
-            infos = [[] for _ in range(M)]
-            labs = [({0: lab0} if lab0 is not None else {}) for _ in range(M)]
-            for c in range(chunks):
-                k_c = tile(fold(k_train, c))
-                if batched:
-                    state, info = self.chunk(state, k_c, self.train_pool, index)
-                else:
-                    state, info = self.chunk_solo(state, k_c, self.train_pool, jnp.int32(0))
-                at = (c + 1) * cfg.eval_every
-                ms = split(host(self.evaluate(state, tile(fold(k_eval, c + 1)), self.eval_pool)))
-                info = split(jax.tree.map(lambda x: np.asarray(x).mean(axis=1), info))
-                for i in range(M):
-                    mi = jax.tree.map(lambda a, i=i: a[i], ms)
-                    curves[i].append((at, mi))
-                    ii = jax.tree.map(lambda a, i=i: a[i], info)
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        ii["role_adv"] = ii["role_adv_sum"] / ii["role_count"]
-                    infos[i].append(ii)
-                if at in marks:
-                    for i in range(M):
-                        si = jax.tree.map(lambda a, i=i: a[i * S:(i + 1) * S], state)
-                        labs[i][at] = host(self.lab(si, fold(k_lab, at), self.train_pool))
-                if log is not None:
-                    log(at, chunks * cfg.eval_every, {m.name: curves[i][-1][1] for i, m in enumerate(group)})
-            for i, m in enumerate(group):
-                out[m.name] = Run(curves[i][-1][1], curves[i], infos[i], labs[i])
-        return out
+        split = lambda x: jax.tree.map(lambda a: a.reshape(M, S, *a.shape[1:]), x)
+        dr, uv = (jnp.asarray(np.repeat(f, S)) for f in self._flags)
+        states = tile(self._timed("init", self.init_state, k_init))
+        curves = [[] for _ in range(M)]
+        infos = [[] for _ in range(M)]
+        labs = [{} for _ in range(M)]
+
+        def measure(at):
+            ms = split(host(self._timed("evaluate", self.evaluate, states,
+                                        tile(fold(k_eval, at // cfg.eval_every)), self.eval_pool)))
+            for i in range(M):
+                curves[i].append((at, jax.tree.map(lambda a, i=i: a[i], ms)))
+            if at in marks:
+                t = time.perf_counter()
+                lb = self.lab(states, tile(fold(k_lab, at)), shared=at == 0)
+                self.timers["lab"] = self.timers.get("lab", 0.0) + time.perf_counter() - t
+                for i, m in enumerate(methods):
+                    labs[i][at] = lb[m.name]
+
+        measure(0)
+        for c in range(chunks):
+            chunk_info = []
+            # Step k's key: split(fold(k_train, chunk), eval_every)[k], per seed.
+            step_keys = jax.vmap(lambda kk: jax.random.split(kk, cfg.eval_every))(fold(k_train, c))
+            for k in range(cfg.eval_every):
+                k_step = tile(step_keys[:, k])
+                ctx = self._timed("rollout", self.roll, states, k_step, self.train_pool)
+                adv = self._timed("credit", self.step_credit, states, ctx)
+                states, info = self._timed("update", self.update, states, ctx, adv, dr, uv)
+                chunk_info.append(info)
+            at = (c + 1) * cfg.eval_every
+            info = split(host(jax.tree.map(lambda *xs: jnp.mean(jnp.stack(xs), axis=0), *chunk_info)))
+            for i in range(M):
+                infos[i].append(jax.tree.map(lambda a, i=i: a[i], info))
+            measure(at)
+            if log is not None:
+                log(at, chunks * cfg.eval_every, {m.name: curves[i][-1][1] for i, m in enumerate(methods)})
+        return {m.name: Run(curves[i][-1][1], curves[i], infos[i], labs[i]) for i, m in enumerate(methods)}
+
+
+def states_leading(states) -> int:
+    return jax.tree.leaves(states)[0].shape[0]
 
 
 class Run(NamedTuple):
     final: Metrics  # per-seed held-out metrics after training
     curve: list  # [(step, Metrics)]
-    infos: list  # per chunk: training diagnostics, means over the chunk
+    infos: list  # per eval_every steps: training diagnostics, means over those steps
     labs: dict  # {checkpoint step: LabBatch} (host arrays, leading seed axis)
 
 
@@ -355,8 +442,8 @@ _RUNNERS: dict = {}
 
 
 def get_runner(cfg: Config, methods: tuple[Method, ...]) -> Runner:
-    """A cached :class:`Runner`: configurations that differ only in ``steps`` share one compiled
-    program (``steps`` only sets how many chunks the Python loop runs; pass it to ``run``)."""
+    """A cached :class:`Runner`: configurations that differ only in ``steps`` share the compiled
+    programs (``steps`` only sets how many steps the Python loop runs; pass it to ``run``)."""
     key = (replace(cfg, steps=0), tuple(methods))
     if key not in _RUNNERS:
         _RUNNERS[key] = Runner(cfg, methods)
