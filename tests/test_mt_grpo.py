@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import credax
+from credax.testing import turn_batches
 from tests.reference import tcpo as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
@@ -23,24 +24,16 @@ pytestmark = [
 
 NAN, INF = float("nan"), float("inf")
 VALUES = (0.0, 0.35, 1 / 3, 0.5, 0.95, 1.0, 2.0)
-IDS = (-7, 0, 3, 10**6)
 SIZES = ((1, 1), (3, 4), (6, 3))
 PADS = (NAN, INF, -INF, 7.0)
 
 
-@st.composite
-def batches(draw, sizes=SIZES):
-    b, k = draw(st.sampled_from(sizes))
-    lengths = np.array(draw(st.lists(st.integers(0, k), min_size=b, max_size=b)))
-    values = np.array(draw(st.lists(st.sampled_from(VALUES), min_size=b * k, max_size=b * k)))
-    outcome = np.array(draw(st.lists(st.sampled_from(VALUES), min_size=b, max_size=b)))
-    ids = np.array(draw(st.lists(st.sampled_from(IDS), min_size=b, max_size=b)), np.int64)
-    pad = draw(st.sampled_from(PADS))
-    mask = np.arange(k)[None, :] < lengths[:, None]
-    turn = np.where(mask, values.reshape(b, k), pad)
-    # the outcome of a row without any turn is not a trajectory's outcome: it must not matter
-    outcome = np.where(mask.any(axis=1), outcome, pad)
-    return turn, outcome, mask, ids
+def batches(sizes=SIZES):
+    """(turn rewards, outcome, prefix mask, ids) from ``credax.testing.turn_batches``: ragged rows
+    (rows without a turn too, whose outcome is garbage and must not matter), singleton and
+    constant groups, arbitrary int32 ids, NaN/inf/huge padding."""
+    return turn_batches(shapes=sizes, score_range=(0.0, 2.0), min_turns=0, dtype=np.float64).map(
+        lambda b: (b.scores, b.rewards, b.turn_mask, b.group_ids))
 
 
 def test_golden_ragged_with_singletons():

@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import credax
+from credax.testing import turn_batches
 from tests.reference import tcpo as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
@@ -53,17 +54,11 @@ def rows(*lists, pad=NAN):
     return scores, mask
 
 
-@st.composite
-def batches(draw, sizes=SIZES, allow_empty_rows=True):
-    b, k = draw(st.sampled_from(sizes))
-    lo = 0 if allow_empty_rows else 1
-    lengths = np.array(draw(st.lists(st.integers(lo, k), min_size=b, max_size=b)))
-    values = np.array(draw(st.lists(st.sampled_from(VALUES), min_size=b * k, max_size=b * k)))
-    ids = np.array(draw(st.lists(st.sampled_from(IDS), min_size=b, max_size=b)), np.int64)
-    pad = draw(st.sampled_from(PADS))
-    mask = np.arange(k)[None, :] < lengths[:, None]
-    scores = np.where(mask, values.reshape(b, k), pad)
-    return scores, mask, ids
+def batches(sizes=SIZES, allow_empty_rows=True):
+    """(scores, prefix mask, ids) from ``credax.testing.turn_batches``: ragged rows, singleton and
+    constant groups, ties and non-dyadic values, arbitrary int32 ids, NaN/inf/huge padding."""
+    return turn_batches(shapes=sizes, min_turns=0 if allow_empty_rows else 1,
+                        dtype=np.float64).map(lambda b: (b.scores, b.turn_mask, b.group_ids))
 
 
 def x64(*arrays):
