@@ -165,3 +165,21 @@ def test_replicate_explicit_gathers_explicit_axes_only():
     assert _api.replicate_explicit(on_auto) is on_auto
     assert _api.replicate_explicit(x) is x
     assert _api.replicate_explicit("group") == "group"  # static options pass through
+
+
+def test_lower_goes_through_the_public_checks_and_rewrites():
+    # `.lower` folds the normalisation keywords as the call does (the bare `.jitted` body would
+    # see normalization=None), and rejects what the call rejects.
+    import numpy as np
+
+    import credax
+
+    s = np.linspace(0.0, 1.0, 8, dtype=np.float32).reshape(4, 2)
+    m = np.ones((4, 2), bool)
+    g = credax.groups(np.array([0, 0, 1, 1]))
+    compiled = credax.tcpo_advantages.lower(s, m, g, eps=1e-4).compile()
+    assert compiled.memory_analysis().output_size_in_bytes > 0
+    import pytest
+
+    with pytest.raises(ValueError, match="eps"):
+        credax.tcpo_advantages.lower(s, m, g, eps=-1.0)

@@ -183,7 +183,8 @@ def jit_public(
         several keywords into one options object) and the names the caller passed explicitly;
         the compiled function is then called with the rewritten arguments.
 
-    The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation) and
+    The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation),
+    ``lower`` (``jitted.lower`` on the arguments as the public call checks and rewrites them) and
     ``public_options`` (these five arguments), so a test can rebuild the same entry around an
     instrumented body, e.g. ``chex.assert_max_traces(fn.__wrapped__, n=1)``.
     """
@@ -195,8 +196,8 @@ def jit_public(
         params = list(signature.parameters)
         positions = {name: params.index(name) for name in convert if name in params}
 
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def arguments(args, kwargs):
+            """The public call's checks and rewrites: what ``jitted`` is called with."""
             for name, value in zip(params, args, strict=False):  # before jit's generic error
                 _checks.reject_torch(value, name, fn.__name__)
             for name, value in kwargs.items():
@@ -221,9 +222,19 @@ def jit_public(
                             args[pos] = convert[name](args[pos])
                     elif kwargs.get(name) is not None:
                         kwargs[name] = convert[name](kwargs[name])
+            return args, kwargs
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            args, kwargs = arguments(args, kwargs)
             return jitted(*args, **kwargs)
 
+        def lower(*args, **kwargs):
+            args, kwargs = arguments(args, kwargs)
+            return jitted.lower(*args, **kwargs)
+
         wrapper.jitted = jitted
+        wrapper.lower = lower  # as jax.jit's .lower, but with the public call's checks and rewrites
         wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check,
                                       replicate=replicate, prepare=prepare)
         return wrapper

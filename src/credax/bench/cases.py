@@ -674,10 +674,10 @@ def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "") -> l
         rec["roofline_fraction"] = (moved / rec["steady_median_s"] / copy_bw) if copy_bw else None
         rec["peak_bytes_in_use"] = None if mem_after is None else mem_after[1]
         rec["bytes_in_use_before"] = None if mem_before is None else mem_before[0]
-        # XLA's accounting of the program (the sweep passes Groups, so `.jitted` takes the args
-        # as they are); host functions have none.
+        # XLA's accounting of the program, lowered through the public entry's `.lower` (its checks
+        # and rewrites, e.g. folding normalisation keywords); host functions have none.
         auto = getattr(e.fn, "jitted", None) is not None and e.jitted == "auto"
-        rec["compiled"] = compiled_memory(e.fn.jitted, *e.args, **e.kwargs) if auto else None
+        rec["compiled"] = compiled_memory(e.fn, *e.args, **e.kwargs) if auto else None
         records.append(rec)
     return records
 
