@@ -240,3 +240,43 @@ def test_refinement_policy_candidate_logits_equal_the_concatenated_linear_map():
                              jnp.broadcast_to(jnp.eye(L), (5, L, L)), answer, passed, failed], -1)
     want = model.val_out(jax.nn.relu(model.val_in(local)))
     np.testing.assert_allclose(model._logits(obs)[1], want, atol=1e-5)
+
+
+def test_inverse_cdf_draws_each_token_with_its_softmax_probability():
+    # logits log([0.5, 0.3, 0.2, 0]) (the last token impossible): u on an even grid of 10_000
+    # points must land on token j exactly a p_j share of the time (up to the grid's 1e-4 step),
+    # and never on the zero-probability token, even for u just below 1.
+    from benchmarks.quality.policy import inverse_cdf
+
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    logits = jnp.asarray(np.log(np.maximum(p, 1e-30)), jnp.float32)
+    u = (jnp.arange(10_000, dtype=jnp.float32) + 0.5) / 10_000
+    draws = np.asarray(inverse_cdf(jnp.broadcast_to(logits, (10_000, 4)), u))
+    np.testing.assert_allclose(np.bincount(draws, minlength=4) / 10_000, p, atol=2e-4)
+    top = inverse_cdf(logits[None], jnp.asarray([np.nextafter(np.float32(1), np.float32(0))]))
+    assert int(top[0]) == 2
+    # A certain token (the others at the policy's large negative logit) is drawn for every u.
+    certain = jnp.asarray([-1e9, BIG, -1e9], jnp.float32)
+    assert set(np.asarray(inverse_cdf(jnp.broadcast_to(certain, (10_000, 3)), u))) == {1}
+
+
+def test_sampling_draws_follow_the_policy_and_share_common_random_numbers():
+    # The refinement policy's slots under a seeded random model: the empirical token frequencies
+    # of 20_000 draws match the model's own softmax within 5 standard errors, and the same noise
+    # at the same observation gives the same tokens (what the ground truth's branch pairs rely on).
+    from benchmarks.quality.policy import sampling_noise
+
+    task = R.RefineTask(length=2, alphabet=3, turns=3)
+    model = task.policy(8, rngs=nnx.Rngs(params=3))
+    obs = jax.random.uniform(jax.random.key(2), (1, task.obs_dim))
+    n = 20_000
+    noise = sampling_noise(task, jax.random.key(4), (n,))
+    tokens, _ = model.sample(jnp.broadcast_to(obs, (n, task.obs_dim)), noise)
+    type_lg, val_lg = model._logits(obs)
+    for slot, lg in [(0, type_lg[0]), (1, val_lg[0, 0]), (2, val_lg[0, 1])]:
+        offset = 0 if slot == 0 else R.NUM_TYPES
+        p = np.asarray(jax.nn.softmax(lg))
+        freq = np.bincount(np.asarray(tokens[:, slot]) - offset, minlength=p.size) / n
+        np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / n) + 1e-9)
+    again, _ = model.sample(jnp.broadcast_to(obs, (n, task.obs_dim)), noise)
+    np.testing.assert_array_equal(tokens, again)

@@ -50,14 +50,17 @@ def test_true_advantage_control_correlates_perfectly(record):
 
 def test_shuffled_control_is_uncorrelated(record):
     # 32 pairs per seed, 2 seeds, 3 checkpoints, 2 tasks: each correlation has sd ~ 0.18 when
-    # there is no relation, the mean of the 12 about 0.05; |mean| < 0.2 is 4 sd.
+    # there is no relation. A batch whose GRPO credit is all zero (every prompt's returns equal,
+    # common once the tiny policy has learnt) has no correlation (null); of the 12, at least 8
+    # must exist: the sd of their mean is <= 0.18 / sqrt(8) ~ 0.064, so |mean| < 0.2 is 3 sd.
     vals = [v for task in record["tasks"].values() for credit in task["lab"]["credit"].values()
             for v in credit["shuffled"]["pearson"]["per_seed"] if v is not None]
-    assert len(vals) >= 10 and abs(float(np.mean(vals))) < 0.2
+    assert len(vals) >= 8 and abs(float(np.mean(vals))) < 0.2
     # ... while GRPO's own (unshuffled) credit does correlate on the same batches at step 0.
+    # (A seed whose tiny step-0 batch has no return spread has no GRPO correlation: null.)
     grpo = [v for task in record["tasks"].values()
-            for v in task["lab"]["credit"]["0"]["grpo"]["pearson"]["per_seed"]]
-    assert float(np.mean(grpo)) > 0.2
+            for v in task["lab"]["credit"]["0"]["grpo"]["pearson"]["per_seed"] if v is not None]
+    assert len(grpo) >= 2 and float(np.mean(grpo)) > 0.2
 
 
 def test_ground_truth_and_triage_records(record):
@@ -67,8 +70,12 @@ def test_ground_truth_and_triage_records(record):
         tri = task["lab"]["triage"]["0"]
         assert set(tri) == {"oracle", "p02", "p04", "blind"}
         for v in tri.values():  # credax's optimal_mixing_weight agrees with the lab's own
-            np.testing.assert_allclose(v["lambda_star"]["per_seed"], v["lambda_star_credax"]["per_seed"],
-                                       rtol=1e-3, atol=1e-4)
+            ours, cx = v["lambda_star"]["per_seed"], v["lambda_star_credax"]["per_seed"]
+            # A seed whose batch has no return spread has no scale for A*: null in both.
+            assert [a is None for a in ours] == [b is None for b in cx]
+            both = [(a, b) for a, b in zip(ours, cx, strict=True) if a is not None]
+            assert both
+            np.testing.assert_allclose(*zip(*both, strict=True), rtol=1e-3, atol=1e-4)
 
 
 def test_tables_render_from_the_record(record):

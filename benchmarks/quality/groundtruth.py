@@ -10,7 +10,7 @@ with ``R`` the episode return (the final score minus the task's per-turn cost; t
 contribute the same cost to both terms). It is estimated from ``2N`` branches restarted from
 ``s_k``: ``N`` that play the logged action and then continue with the policy, and ``N`` that
 resample the first action from the policy and continue. Branch ``i`` of both halves uses the same
-Gumbel noise at every later turn (common random numbers): when the resampled action equals the
+sampling noise at every later turn (common random numbers): when the resampled action equals the
 logged one the two branches coincide exactly, so the paired differences
 ``d_i = R^Q_i - R^V_i`` have a much smaller variance than two independent means, and each half is
 still an unbiased sample of its expectation. Estimate and standard error:
@@ -28,7 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .policy import gumbel, play
+from .policy import play, sampling_noise
 
 
 class GroundTruth(NamedTuple):
@@ -48,7 +48,7 @@ def branch_returns(model, states, logged: jax.Array, key: jax.Array, n: int) -> 
     forced = jnp.broadcast_to(forced[:, :, None], (P, 2, n, logged.shape[-1]))
 
     def noise(t):  # shared by the two halves: common random numbers
-        g = gumbel(task, jax.random.fold_in(key, t), (P, 1, n))
+        g = sampling_noise(task, jax.random.fold_in(key, t), (P, 1, n))
         return jnp.broadcast_to(g, (P, 2, n, *g.shape[3:]))
 
     _, final = play(model, rep, noise, forced, collect=False)

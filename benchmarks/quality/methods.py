@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import credax
 
 from . import groundtruth, judges
-from .policy import Policy, Rollout, final_score, gumbel
+from .policy import Policy, Rollout, final_score, sampling_noise
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def counterfactuals(ctx: Context, s: Settings):
     # M copies of each selected state: [budget, M, ...].
     rep = jax.tree.map(lambda x: jnp.repeat(x[:, None], M, axis=1), before)
     obs = task.observe(rep)
-    tokens, _ = ctx.model.sample(obs, gumbel(task, ctx.key, (budget, M)))
+    tokens, _ = ctx.model.sample(obs, sampling_noise(task, ctx.key, (budget, M)))
     _, info = task.step(rep, tokens)
     alt = jnp.zeros((B * K + 1, M), jnp.float32).at[flat].set(info.score, mode="drop")[:-1]
     alt_mask = jnp.zeros((B * K + 1, M), bool).at[flat].set(

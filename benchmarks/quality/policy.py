@@ -105,23 +105,23 @@ class Policy(nnx.Module):
         )
 
     def sample(self, obs: jax.Array, noise: jax.Array):
-        """Decode one action per row from Gumbel noise ``f32[..., 3, vocab]``.
+        """Decode one action per row from uniform noise ``f32[..., 3]`` (one number per slot).
 
-        ``argmax(logits + Gumbel)`` is a categorical draw (what ``jax.random.categorical`` does);
-        taking the noise as an argument lets the ground-truth estimator give two branches the
-        same randomness (common random numbers). Returns ``(tokens int32[..., 3], logp f32[..., 3])``.
-        All three slots are always decoded (fixed shapes); ``task.token_valid`` says which of them
-        the action actually uses, and only those carry credit.
+        Each slot's token is the inverse CDF of its softmax at that slot's uniform number
+        (:func:`inverse_cdf`), a categorical draw. Taking the noise as an argument lets the
+        ground-truth estimator give two branches the same randomness (common random numbers).
+        Returns ``(tokens int32[..., 3], logp f32[..., 3])``. All three slots are always decoded
+        (fixed shapes); ``task.token_valid`` says which of them the action actually uses, and
+        only those carry credit.
         """
         t = self.task
-        L, V = t.length, t.alphabet
         h = self.trunk(obs)
         lg0 = self.type_logits(h)
-        kind = jnp.argmax(lg0 + noise[..., 0, : E.NUM_TYPES], axis=-1).astype(jnp.int32)
+        kind = inverse_cdf(lg0, noise[..., 0])
         lg1 = self.pos_logits(h, kind)
-        pos = jnp.argmax(lg1 + noise[..., 1, :L], axis=-1).astype(jnp.int32)
+        pos = inverse_cdf(lg1, noise[..., 1])
         lg2 = self.val_logits(h, obs, kind, pos)
-        val = jnp.argmax(lg2 + noise[..., 2, :V], axis=-1).astype(jnp.int32)
+        val = inverse_cdf(lg2, noise[..., 2])
         tokens = jnp.stack([kind, pos + t.pos_offset, val + t.val_offset], axis=-1)
         logp = jnp.stack(
             [pick_logp(lg0, kind), pick_logp(lg1, pos), pick_logp(lg2, val)], axis=-1
@@ -133,9 +133,25 @@ def pick_logp(logits, idx):
     return jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), idx[..., None], axis=-1)[..., 0]
 
 
-def gumbel(task, key: jax.Array, batch: tuple[int, ...]) -> jax.Array:
-    """Sampling noise of one turn for a batch of rows, ``f32[*batch, slots, vocab]``."""
-    return jax.random.gumbel(key, (*batch, task.slots, task.vocab), jnp.float32)
+def inverse_cdf(logits: jax.Array, u: jax.Array) -> jax.Array:
+    """``int32[...]``: the categorical draw ``min{j : F_j > u·F_{n-1}}`` from ``logits f32[..., n]``
+    and a uniform ``u ∈ [0, 1)`` (``F`` the cumulative softmax).
+
+    ``P(j) = F_j - F_{j-1} = softmax(logits)_j``: one uniform number per token instead of one
+    Gumbel number per vocabulary entry (``argmax(logits + G)``), which made the sampling noise
+    most of a rollout's cost on a CPU. Scaling ``u`` by the last cumulative mass (1 up to
+    rounding) keeps the draw inside ``[0, n)`` and off zero-probability tokens however the sum
+    rounds. Two branches given the same ``u`` at the same state draw the same token (common
+    random numbers).
+    """
+    c = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
+    return jnp.sum((c <= u[..., None] * c[..., -1:]).astype(jnp.int32), axis=-1)
+
+
+def sampling_noise(task, key: jax.Array, batch: tuple[int, ...]) -> jax.Array:
+    """Sampling noise of one turn for a batch of rows: one uniform number per action slot,
+    ``f32[*batch, slots]`` (see :func:`inverse_cdf`)."""
+    return jax.random.uniform(key, (*batch, task.slots), jnp.float32)
 
 
 class Rollout(NamedTuple):
@@ -155,7 +171,7 @@ class Rollout(NamedTuple):
 def play(model, state0, noise_fn, forced: jax.Array | None = None, *, collect: bool = True):
     """Play ``K`` turns from ``state0`` (any turn; finished episodes stay inert) with ``lax.scan``.
 
-    ``noise_fn(t)`` gives the Gumbel noise of scan step ``t``. ``forced`` (``int32[..., S]``), if
+    ``noise_fn(t)`` gives the sampling noise of scan step ``t``. ``forced`` (``int32[..., S]``), if
     given, replaces the first action's tokens where ``forced[..., 0] >= 0`` (the ground truth's
     "continue after the logged action" branch). Returns ``(Rollout, final state)``;
     ``collect=False`` keeps only the final state (``(None, final)``: no per-turn arrays, for the
@@ -187,7 +203,7 @@ def rollout(model, targets: jax.Array, key: jax.Array) -> Rollout:
     """Play ``K`` turns for every target row from the reset state."""
     task = model.task
     keys = jax.random.split(key, task.turns)
-    r, _ = play(model, task.reset(targets), lambda t: gumbel(task, keys[t], targets.shape[:-1]))
+    r, _ = play(model, task.reset(targets), lambda t: sampling_noise(task, keys[t], targets.shape[:-1]))
     return r
 
 

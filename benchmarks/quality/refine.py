@@ -210,13 +210,13 @@ class RefinePolicy(nnx.Module):
         return jnp.concatenate([first, rest], axis=-2)
 
     def sample(self, obs, noise):
-        """Decode one action per row from Gumbel noise ``f32[..., 1 + L, vocab]``: ``(tokens, logp)``."""
-        from .policy import pick_logp
+        """Decode one action per row from uniform noise ``f32[..., 1 + L]`` (one number per
+        token, :func:`policy.inverse_cdf`): ``(tokens, logp)``."""
+        from .policy import inverse_cdf, pick_logp
 
-        V = self.task.alphabet
         type_lg, val_lg = self._logits(obs)
-        kind = jnp.argmax(type_lg + noise[..., 0, :NUM_TYPES], axis=-1).astype(jnp.int32)
-        vals = jnp.argmax(val_lg + noise[..., 1:, :V], axis=-1).astype(jnp.int32)
+        kind = inverse_cdf(type_lg, noise[..., 0])
+        vals = inverse_cdf(val_lg, noise[..., 1:])
         tokens = jnp.concatenate([kind[..., None], vals + NUM_TYPES], axis=-1)
         logp = jnp.concatenate([pick_logp(type_lg, kind)[..., None], pick_logp(val_lg, vals)], axis=-1)
         return tokens, logp

@@ -175,6 +175,21 @@ def init(cfg: Config, key: jax.Array):
     return nnx.split((model, opt))
 
 
+def graph_structure(cfg: Config):
+    """The (model, optimizer) graph definition, traced abstractly: building the model eagerly
+    would compile every initializer op by op (~6 s of CPU per task, measured), only to throw the
+    numbers away."""
+    box = []
+
+    def build(key):
+        graphdef, state = init(cfg, key)
+        box.append(graphdef)
+        return state
+
+    jax.eval_shape(build, jax.random.key(0))
+    return box[0]
+
+
 def make_context(model: Policy, key: jax.Array, pool: jax.Array, cfg: Config) -> Context:
     """Sample ``prompts`` training targets, roll out ``group`` episodes each: one batch."""
     task = cfg.task
@@ -242,12 +257,19 @@ def update_phase(graphdef, state, ctx: Context, adv, dr_norm, uses_value, cfg: C
     return state, info
 
 
-# XLA's CPU backend optimisation level per program. Compilation dominates a 2-core run for the
-# big programs that hold every method's credit math, and running time for the small hot ones
-# (the rollout, the optimisation epochs, the ground truth's branch rollouts): the credit programs
+# XLA's CPU backend options per program. Compilation dominates a 2-core run for the big
+# programs that hold every method's credit math, and running time for the small hot ones (the
+# rollout, the optimisation epochs, the ground truth's branch rollouts): the credit programs
 # compile at level 0 (~2x faster to compile, their run time is negligible), the hot ones at the
-# default level 2 (~2x faster to run). The user's XLA_FLAGS still apply to everything else.
+# default level 2 (~2x faster to run). The programs that sample episodes (the rollout, the
+# held-out evaluation, the ground truth's branches, the true-advantage control) also turn off
+# XLA's YNNPACK fusions: there the policy's small matmuls are fused with their elementwise
+# neighbours into YNNPACK kernels that ran slower than XLA's own loops (refinement task, one
+# call's CPU time, loaded: ground-truth core 1009 -> 551 ms, evaluation 1248 -> 857 ms; probe
+# task 636 -> 477 ms and 91 -> 74 ms). The optimisation epochs keep them (refinement 1048 ->
+# 952 ms without, but probe 668 -> 745 ms). The user's XLA_FLAGS still apply to everything else.
 HOT = {"xla_backend_optimization_level": 2}
+SAMPLING = {**HOT, "xla_cpu_experimental_ynn_fusion_type": ""}
 COLD = {"xla_backend_optimization_level": 0}
 
 
@@ -271,10 +293,11 @@ class Runner:
         # Seconds (wall, this thread, results waited for) per phase: where the run's time goes.
         self.timers: dict[str, float] = {}
         self.train_pool, self.eval_pool = E.split_targets(cfg.task)
-        self.graphdef, _ = init(cfg, jax.random.key(0))
+        self.graphdef = graph_structure(cfg)
         gd, methods = self.graphdef, self.methods
         hot = lambda f: jax.jit(f, compiler_options=HOT)
         cold = lambda f: jax.jit(f, compiler_options=COLD)
+        sampling = lambda f: jax.jit(f, compiler_options=SAMPLING)
         self.solo = [i for i, m in enumerate(methods) if m.name == "true_adv"]
         # Measured by the lab only: TCPO's parts and switches (on TCPO + hindsight's policy) and
         # the outcome baselines' variance comparison (on GRPO's policy).
@@ -282,7 +305,7 @@ class Runner:
         self.baselines = BASELINES
 
         self.init_state = hot(jax.vmap(lambda k: init(cfg, k)[1]))
-        self.roll = hot(jax.vmap(lambda st, k, pool: rollout_phase(gd, st, k, pool, cfg),
+        self.roll = sampling(jax.vmap(lambda st, k, pool: rollout_phase(gd, st, k, pool, cfg),
                                  in_axes=(0, 0, None)))
 
         def credits(states, ctx):
@@ -303,7 +326,7 @@ class Runner:
 
         self.credits = cold(credits)
         true_adv = METHODS_BY_NAME["true_adv"]
-        self.true_credit = hot(jax.vmap(lambda st, c: credit_phase(gd, st, c, true_adv, cfg)))
+        self.true_credit = sampling(jax.vmap(lambda st, c: credit_phase(gd, st, c, true_adv, cfg)))
         self.diag_credits = cold(jax.vmap(each(self.diagnostics), out_axes=1))
         self.baseline_credits = cold(jax.vmap(each(self.baselines), out_axes=1))
         dr = np.asarray([m.agg == "seq-mean-token-sum-norm" for m in methods])
@@ -315,8 +338,8 @@ class Runner:
             model, _ = nnx.merge(gd, state)
             return evaluate(model, targets, key, cfg.eval_repeats)
 
-        self.evaluate = hot(jax.vmap(ev, in_axes=(0, 0, None)))
-        self.lab_core = hot(jax.vmap(lambda st, c, k: lab.core(gd, st, c, k, cfg)))
+        self.evaluate = sampling(jax.vmap(ev, in_axes=(0, 0, None)))
+        self.lab_core = sampling(jax.vmap(lambda st, c, k: lab.core(gd, st, c, k, cfg)))
 
     # --- driving the programs ----------------------------------------------------------------
 
