@@ -617,6 +617,17 @@ def _unit_exponent(absmax: jax.Array) -> jax.Array:
     return jnp.clip(e, -limit, limit)
 
 
+def _pow2(e: jax.Array, dtype) -> jax.Array:
+    """``2**e`` in ``dtype`` for integers ``e`` that :func:`_unit_exponent` clipped (so ``2**e`` is
+    normal), exact: the float's bits built directly. (``jnp.ldexp`` goes through ``power``, which
+    XLA counts as expensive and so materialises in a kernel of its own instead of recomputing it
+    in each kernel that reads it.)"""
+    info = jnp.finfo(dtype)
+    ints = jnp.dtype(f"int{8 * jnp.dtype(dtype).itemsize}")
+    biased = e.astype(ints) + (int(info.maxexp) - 1)
+    return jax.lax.bitcast_convert_type(jax.lax.shift_left(biased, ints.type(info.nmant)), dtype)
+
+
 def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Array) -> _Stats:
     """Masked statistics of ``x[B, ...]`` per (segment, trailing index), gathered to ``[B, ...]``.
 
@@ -625,23 +636,24 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
     the module docstring).
     """
     sg = jax.lax.stop_gradient
-    own_nonfinite = mask & ~jnp.isfinite(x)
-    ok = mask & ~own_nonfinite
-    xf = jnp.where(ok, x, jnp.zeros_like(x))
+    # Both masks straight from the inputs and no cleaned copy of x (fewer shared values, fewer
+    # kernels: see _block_stats); every use of x is a select on `ok`.
+    finite = jnp.isfinite(x)
+    own_nonfinite = mask & ~finite
+    ok = mask & finite
     neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
     # One scatter for the maximum (the shift, a member) and minus the minimum (for the scale).
     extremes = jax.ops.segment_max(
-        jnp.stack([jnp.where(ok, xf, neg_inf), jnp.where(ok, -xf, neg_inf)], axis=-1),
+        jnp.stack([jnp.where(ok, x, neg_inf), jnp.where(ok, -x, neg_inf)], axis=-1),
         index, num_groups,
     )
     extremes = sg(jnp.where(jnp.isfinite(extremes), extremes, jnp.zeros_like(extremes)))
     hi_g, neg_lo_g = extremes[..., 0], extremes[..., 1]
     e = _unit_exponent(jnp.maximum(jnp.abs(hi_g), jnp.abs(neg_lo_g)))
-    one = jnp.ones((), x.dtype)
-    unit_g, inv_g = jnp.ldexp(one, e), jnp.ldexp(one, -e)
+    unit_g, inv_g = _pow2(e, x.dtype), _pow2(-e, x.dtype)
     shift, unit, inv_unit = hi_g[index], unit_g[index], inv_g[index]
     # Scale first, then shift: both scaled values lie in [-1, 1], their difference cannot overflow.
-    shifted = jnp.where(ok, xf * inv_unit - shift * inv_unit, jnp.zeros_like(x))
+    shifted = jnp.where(ok, x * inv_unit - shift * inv_unit, jnp.zeros_like(x))
     # One scatter for count, sum and the non-finite count: XLA's CPU scatter is a loop, three
     # columns cost about one.
     cols = jnp.stack([mask.astype(x.dtype), shifted, own_nonfinite.astype(x.dtype)], axis=-1)
@@ -703,12 +715,15 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = 
     blocks = (batch // group_size, group_size)
     xb = x.reshape(blocks + x.shape[1:])
     mb = mask.reshape(xb.shape)
-    own_nonfinite = mb & ~jnp.isfinite(xb)
-    ok = mb & ~own_nonfinite
-    xf = jnp.where(ok, xb, jnp.zeros_like(xb))
+    # Both masks straight from the inputs, and no cleaned copy of x: each value that two
+    # reductions read is materialised by a kernel of its own, so fewer shared values, fewer
+    # kernels. Every use of x below is a select on `ok` whose derivative never reads x's value.
+    finite = jnp.isfinite(xb)
+    own_nonfinite = mb & ~finite
+    ok = mb & finite
     neg_inf, zero = jnp.array(-jnp.inf, dtype=dt), jnp.zeros((), dt)
     # No gradient through the extremes (the shift and the unit are stop-gradient) nor the counts.
-    extremes = (sg(jnp.where(ok, xf, neg_inf)), sg(jnp.where(ok, -xf, neg_inf)))
+    extremes = (sg(jnp.where(ok, xb, neg_inf)), sg(jnp.where(ok, -xb, neg_inf)))
     if sum_sq:
         hi, neg_lo = _block_reduce(
             extremes, (neg_inf, neg_inf),
@@ -720,9 +735,8 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = 
     hi = sg(jnp.where(jnp.isfinite(hi), hi, jnp.zeros_like(hi)))[:, None]
     neg_lo = sg(jnp.where(jnp.isfinite(neg_lo), neg_lo, jnp.zeros_like(neg_lo)))[:, None]
     e = _unit_exponent(jnp.maximum(jnp.abs(hi), jnp.abs(neg_lo)))
-    one = jnp.ones((), dt)
-    unit, inv_unit = jnp.ldexp(one, e), jnp.ldexp(one, -e)
-    shifted = jnp.where(ok, xf * inv_unit - hi * inv_unit, jnp.zeros_like(xb))
+    unit, inv_unit = _pow2(e, dt), _pow2(-e, dt)
+    shifted = jnp.where(ok, xb * inv_unit - hi * inv_unit, jnp.zeros_like(xb))
     total, finite_count = (v[:, None] for v in _block_sum_pair(shifted, sg(ok.astype(dt))))
     mean = _checks.safe_div(total, finite_count, finite_count > 0)
     squares = None
