@@ -23,6 +23,15 @@ def close(a, b, atol=1e-5):
                                rtol=1e-5)
 
 
+def fixed_shape(rng, batch, length):
+    """``(batch, length)`` from the corners and the middle of the inclusive ranges ``batch`` and
+    ``length``: each randomized comparison compiles 5 shapes (the smallest and largest of both,
+    where the edge cases sit) instead of a new one per case; values and masks stay random."""
+    (b0, b1), (l0, l1) = batch, length
+    shapes = ((b0, l0), (b0, l1), (b1, l0), (b1, l1), ((b0 + b1) // 2, (l0 + l1) // 2))
+    return shapes[int(rng.integers(len(shapes)))]
+
+
 def random_token_batch(rng, batch=5, length=9):
     """Rewards/values with interior gaps in the mask (observation tokens) and NaN off the mask."""
     mask = rng.random((batch, length)) < 0.7
@@ -120,7 +129,8 @@ def gae_reference_max_diff(cases=200, seed=1):
     rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(cases):
-        r, v, m = random_token_batch(rng, batch=int(rng.integers(1, 6)), length=int(rng.integers(1, 12)))
+        batch, length = fixed_shape(rng, (1, 5), (1, 11))
+        r, v, m = random_token_batch(rng, batch=batch, length=length)
         lam = rng.choice([0.0, 0.5, 0.95, 1.0]) if rng.random() < 0.5 else rng.random(r.shape[0])
         gamma = float(rng.choice([0.0, 0.9, 1.0]))
         boot = rng.normal(size=r.shape[0]) if rng.random() < 0.5 else None
@@ -140,7 +150,7 @@ def verl_gae_max_diff(cases=200, seed=2):
     rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(cases):
-        batch, length = int(rng.integers(1, 6)), int(rng.integers(1, 16))
+        batch, length = fixed_shape(rng, (1, 5), (1, 15))
         m = rng.random((batch, length)) < 0.7
         r, v = rng.choice(VALUES, (batch, length)), rng.normal(size=(batch, length))
         gamma, lam = float(rng.choice([0.9, 0.99, 1.0])), float(rng.choice([0.0, 0.95, 1.0]))
@@ -159,7 +169,7 @@ def areal_token_gae_max_diff(cases=200, seed=3):
     rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(cases):
-        batch, length = int(rng.integers(1, 6)), int(rng.integers(2, 16))
+        batch, length = fixed_shape(rng, (1, 5), (2, 15))
         m = rng.random((batch, length)) < 0.7
         m[:, -1] = False  # AReaL's shifted loss mask: the last position is never a step
         r, v = rng.choice(VALUES, (batch, length)), rng.normal(size=(batch, length))
@@ -198,7 +208,7 @@ def areal_turn_gae_max_diff(cases=200, seed=4):
     worst = 0.0
     for _ in range(cases):
         # AReaL requires turn ids < the sequence length (it clamps larger ones into the last slot).
-        batch, length, num_turns = int(rng.integers(1, 5)), int(rng.integers(5, 14)), 4
+        (batch, length), num_turns = fixed_shape(rng, (1, 4), (5, 13)), 4
         tt = random_turn_tokens(rng, batch, length, num_turns)
         loss_mask = tt >= 0
         r = np.where(rng.random((batch, length)) < 0.3, rng.choice(VALUES, (batch, length)), 0.0)
@@ -258,7 +268,7 @@ def value_loss_max_diff(cases=200, seed=7):
     rng = np.random.default_rng(seed)
     worst = 0.0
     for _ in range(cases):
-        shape = (int(rng.integers(1, 5)), int(rng.integers(1, 9)))
+        shape = fixed_shape(rng, (1, 4), (1, 8))
         m = rng.random(shape) < 0.7
         m[0, 0] = True
         vp, old, ret = (rng.normal(size=shape) for _ in range(3))

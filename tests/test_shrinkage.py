@@ -41,7 +41,9 @@ def test_few_prompts_is_plain_dr_grpo_and_rloo():
 def test_matches_reference():
     rng = np.random.default_rng(0)
     for case in range(60):
-        batch = int(rng.integers(1, 24))
+        # A few batch sizes (1 to 23, the edges included), so jit compiles 8 programs and not one
+        # per case; ids, rewards and masks stay random per case.
+        batch = int(rng.choice([1, 2, 9, 23]))
         ids = rng.integers(-2, 6, size=batch).astype(np.int32)
         r = rng.choice([0.0, 1.0, 0.35, 1 / 3, 0.5], size=batch)
         mask = rng.random(batch) < 0.85

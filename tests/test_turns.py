@@ -199,6 +199,44 @@ def test_match_reference_larger_and_public_wrappers():
         assert_close(credax.discount_weights(7, gamma), ref.discount_weights(7, gamma))
 
 
+@pytest.mark.parametrize("k", [1, 2, 7, 32, 33])
+def test_turn_maxima_in_one_pass(k):
+    # TCPO takes the best prior and the future best from one reduction (masked_turn_maxima) up to
+    # 32 turns, from the two running maxima beyond. Values: the NumPy loops of the reference, at
+    # valid turns, exactly (a maximum is exact). Gradients, with distinct scores (no ties): each
+    # output's derivative is 1 at its window's argmax, so d sum(w * m) / ds[b, t] is the sum of the
+    # weights of the turns whose best prior is s[b, t] (0 where `initial` wins), computed here by
+    # a loop over windows.
+    from credax._turns import masked_turn_maxima
+
+    rng = np.random.default_rng(k)
+    b = 5
+    mask = rng.random((b, k)) < 0.7
+    s = np.where(mask, rng.permutation(b * k).reshape(b, k) / (b * k), np.nan).astype(np.float32)
+    initial = np.float32(0.3)
+    w = rng.standard_normal((b, k)).astype(np.float32)
+
+    def both(v):
+        m, u = masked_turn_maxima(v, jnp.asarray(mask), jnp.float32(initial))
+        return jnp.where(mask, m, 0.0), jnp.where(mask, u, 0.0)
+
+    m, u = jax.jit(both)(jnp.asarray(s))
+    np.testing.assert_array_equal(np.asarray(m, np.float64), ref.best_prior(s, mask, initial=initial))
+    np.testing.assert_array_equal(np.asarray(u, np.float64), ref.future_best(s, mask))
+    grad_m, grad_u = (jax.jit(jax.grad(lambda v, i=i: jnp.sum(w * both(v)[i])))(jnp.asarray(s))
+                      for i in (0, 1))
+    want_m, want_u = np.zeros((b, k)), np.zeros((b, k))
+    for row in range(b):
+        for col in np.flatnonzero(mask[row]):
+            prior = [t for t in range(col) if mask[row, t]]
+            if prior and s[row, prior].max() > initial:
+                want_m[row, prior[int(np.argmax(s[row, prior]))]] += w[row, col]
+            after = [t for t in range(col, k) if mask[row, t]]
+            want_u[row, after[int(np.argmax(s[row, after]))]] += w[row, col]
+    np.testing.assert_allclose(np.asarray(grad_m), want_m, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad_u), want_u, rtol=1e-6, atol=1e-6)
+
+
 def test_long_horizon_returns_are_stable():
     # K = 1000, γ = .999: a reverse scan, no γ^{-k}; compared with the float64 loop.
     rng = np.random.default_rng(1)

@@ -617,6 +617,17 @@ def _unit_exponent(absmax: jax.Array) -> jax.Array:
     return jnp.clip(e, -limit, limit)
 
 
+def _pow2(e: jax.Array, dtype) -> jax.Array:
+    """``2**e`` in ``dtype`` for integers ``e`` that :func:`_unit_exponent` clipped (so ``2**e`` is
+    normal), exact: the float's bits built directly. (``jnp.ldexp`` goes through ``power``, which
+    XLA counts as expensive and so materialises in a kernel of its own instead of recomputing it
+    in each kernel that reads it.)"""
+    info = jnp.finfo(dtype)
+    ints = jnp.dtype(f"int{8 * jnp.dtype(dtype).itemsize}")
+    biased = e.astype(ints) + (int(info.maxexp) - 1)
+    return jax.lax.bitcast_convert_type(jax.lax.shift_left(biased, ints.type(info.nmant)), dtype)
+
+
 def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Array) -> _Stats:
     """Masked statistics of ``x[B, ...]`` per (segment, trailing index), gathered to ``[B, ...]``.
 
@@ -625,23 +636,24 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
     the module docstring).
     """
     sg = jax.lax.stop_gradient
-    own_nonfinite = mask & ~jnp.isfinite(x)
-    ok = mask & ~own_nonfinite
-    xf = jnp.where(ok, x, jnp.zeros_like(x))
+    # Both masks straight from the inputs and no cleaned copy of x (fewer shared values, fewer
+    # kernels: see _block_stats); every use of x is a select on `ok`.
+    finite = jnp.isfinite(x)
+    own_nonfinite = mask & ~finite
+    ok = mask & finite
     neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
     # One scatter for the maximum (the shift, a member) and minus the minimum (for the scale).
     extremes = jax.ops.segment_max(
-        jnp.stack([jnp.where(ok, xf, neg_inf), jnp.where(ok, -xf, neg_inf)], axis=-1),
+        jnp.stack([jnp.where(ok, x, neg_inf), jnp.where(ok, -x, neg_inf)], axis=-1),
         index, num_groups,
     )
     extremes = sg(jnp.where(jnp.isfinite(extremes), extremes, jnp.zeros_like(extremes)))
     hi_g, neg_lo_g = extremes[..., 0], extremes[..., 1]
     e = _unit_exponent(jnp.maximum(jnp.abs(hi_g), jnp.abs(neg_lo_g)))
-    one = jnp.ones((), x.dtype)
-    unit_g, inv_g = jnp.ldexp(one, e), jnp.ldexp(one, -e)
+    unit_g, inv_g = _pow2(e, x.dtype), _pow2(-e, x.dtype)
     shift, unit, inv_unit = hi_g[index], unit_g[index], inv_g[index]
     # Scale first, then shift: both scaled values lie in [-1, 1], their difference cannot overflow.
-    shifted = jnp.where(ok, xf * inv_unit - shift * inv_unit, jnp.zeros_like(x))
+    shifted = jnp.where(ok, x * inv_unit - shift * inv_unit, jnp.zeros_like(x))
     # One scatter for count, sum and the non-finite count: XLA's CPU scatter is a loop, three
     # columns cost about one.
     cols = jnp.stack([mask.astype(x.dtype), shifted, own_nonfinite.astype(x.dtype)], axis=-1)
@@ -657,74 +669,97 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
                   constant, bad_g[index], own_nonfinite)
 
 
-def _block_max(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Maxima of two ``[B / G, G, ...]`` blocks over the ``G`` axis as one variadic reduction.
+def _block_reduce(ops, inits, combine):
+    """One variadic reduction of ``[B / G, G, ...]`` blocks over the ``G`` axis.
 
-    One kernel with its producers fused into it. (A single-operand ``jnp.max`` becomes, on CPU, a
-    library kernel whose inputs are each materialised by a kernel of their own: more kernels to
-    compile and to run.) Stop-gradient: the shift and the unit carry no gradient."""
-    sg = jax.lax.stop_gradient
-    neg_inf = jnp.array(-jnp.inf, dtype=a.dtype)
-    return jax.lax.reduce((sg(a), sg(b)), (neg_inf, neg_inf),
-                          lambda p, q: (jnp.maximum(p[0], q[0]), jnp.maximum(p[1], q[1])), (1,))
+    On CPU (jax 0.10) a variadic ``lax.reduce`` whose outputs are all used is an ordinary loop
+    fusion that reads its producers in place; a single-operand reduction (``jnp.max``,
+    ``jnp.sum``, and a ``lax.reduce`` that XLA narrows to one live output) becomes a library
+    kernel whose input is first materialised by a kernel of its own. So every reduction below
+    pairs statistics that its callers all read."""
+    return jax.lax.reduce(tuple(ops), tuple(inits), combine, (1,))
+
+
+def _add_pair(p, q):
+    return p[0] + q[0], p[1] + q[1]
 
 
 @jax.custom_jvp
-def _block_sums(*cols: jax.Array) -> tuple[jax.Array, ...]:
-    """Sums of ``[B / G, G, ...]`` blocks over the ``G`` axis as one variadic reduction (see
-    :func:`_block_max`); the derivative is the sum of the tangents."""
-    zero = jnp.zeros((), cols[0].dtype)
-    return jax.lax.reduce(cols, (zero,) * len(cols),
-                          lambda p, q: tuple(u + v for u, v in zip(p, q, strict=True)), (1,))
+def _block_sum_pair(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Sums of two ``[B / G, G, ...]`` blocks over the ``G`` axis (one fusion); the derivative is
+    the sum of the tangents."""
+    zero = jnp.zeros((), a.dtype)
+    return _block_reduce((a, b), (zero, zero), _add_pair)
 
 
-@_block_sums.defjvp
-def _block_sums_jvp(primals, tangents):
-    return _block_sums(*primals), tuple(jnp.sum(t, axis=1) for t in tangents)
+@_block_sum_pair.defjvp
+def _block_sum_pair_jvp(primals, tangents):
+    return _block_sum_pair(*primals), tuple(jnp.sum(t, axis=1) for t in tangents)
 
 
-def _block_stats(x: jax.Array, group_size: int, mask: jax.Array) -> _Stats:
+def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = True) -> _Stats:
     """:func:`segment_stats` for the contiguous layout: a reshape to ``[B / G, G, ...]`` and
     reductions over the ``G`` axis (no scatter, no gather). The same non-finite rule, the same
     power-of-two set unit, shift and two-pass variance; the sums differ from the scatter's only by
-    float rounding (another summation order). Three reductions in all (extremes; count, non-finite
-    count and sum; sum of squares), each one kernel."""
+    float rounding (another summation order).
+
+    Three variadic reductions, each one kernel with its producers fused in: the extremes (and the
+    count when ``sum_sq`` is not needed); the sum of the shifted values with the finite count; the
+    sum of squares of the centred values with the count (``sum_sq=True``). The count moves to
+    where it keeps every reduction at two or more live outputs (see :func:`_block_reduce`); it
+    is the same exact integer count wherever it is taken. ``sum_sq=False`` leaves
+    ``_Stats.sum_sq`` ``None`` (the peer mean and the group mean do not read it)."""
     sg = jax.lax.stop_gradient
+    dt = x.dtype
     batch = x.shape[0]
     blocks = (batch // group_size, group_size)
     xb = x.reshape(blocks + x.shape[1:])
     mb = mask.reshape(xb.shape)
-    own_nonfinite = mb & ~jnp.isfinite(xb)
-    ok = mb & ~own_nonfinite
-    xf = jnp.where(ok, xb, jnp.zeros_like(xb))
-    neg_inf = jnp.array(-jnp.inf, dtype=x.dtype)
-    hi, neg_lo = _block_max(jnp.where(ok, xf, neg_inf), jnp.where(ok, -xf, neg_inf))
+    # Both masks straight from the inputs, and no cleaned copy of x: each value that two
+    # reductions read is materialised by a kernel of its own, so fewer shared values, fewer
+    # kernels. Every use of x below is a select on `ok` whose derivative never reads x's value.
+    finite = jnp.isfinite(xb)
+    own_nonfinite = mb & ~finite
+    ok = mb & finite
+    neg_inf, zero = jnp.array(-jnp.inf, dtype=dt), jnp.zeros((), dt)
+    # No gradient through the extremes (the shift and the unit are stop-gradient) nor the counts.
+    extremes = (sg(jnp.where(ok, xb, neg_inf)), sg(jnp.where(ok, -xb, neg_inf)))
+    if sum_sq:
+        hi, neg_lo = _block_reduce(
+            extremes, (neg_inf, neg_inf),
+            lambda p, q: (jnp.maximum(p[0], q[0]), jnp.maximum(p[1], q[1])))
+    else:
+        hi, neg_lo, count = _block_reduce(
+            extremes + (mb.astype(dt),), (neg_inf, neg_inf, zero),
+            lambda p, q: (jnp.maximum(p[0], q[0]), jnp.maximum(p[1], q[1]), p[2] + q[2]))
     hi = sg(jnp.where(jnp.isfinite(hi), hi, jnp.zeros_like(hi)))[:, None]
     neg_lo = sg(jnp.where(jnp.isfinite(neg_lo), neg_lo, jnp.zeros_like(neg_lo)))[:, None]
     e = _unit_exponent(jnp.maximum(jnp.abs(hi), jnp.abs(neg_lo)))
-    one = jnp.ones((), x.dtype)
-    unit, inv_unit = jnp.ldexp(one, e), jnp.ldexp(one, -e)
-    shifted = jnp.where(ok, xf * inv_unit - hi * inv_unit, jnp.zeros_like(xb))
-    count, bad, total = (v[:, None] for v in _block_sums(
-        mb.astype(x.dtype), own_nonfinite.astype(x.dtype), shifted))
-    finite_count = count - bad
+    unit, inv_unit = _pow2(e, dt), _pow2(-e, dt)
+    shifted = jnp.where(ok, xb * inv_unit - hi * inv_unit, jnp.zeros_like(xb))
+    total, finite_count = (v[:, None] for v in _block_sum_pair(shifted, sg(ok.astype(dt))))
     mean = _checks.safe_div(total, finite_count, finite_count > 0)
-    centred = jnp.where(ok, shifted - mean, jnp.zeros_like(xb))
-    sum_sq = jnp.sum(centred * centred, axis=1, keepdims=True)
+    squares = None
+    if sum_sq:
+        centred = jnp.where(ok, shifted - mean, jnp.zeros_like(xb))
+        squares, count = _block_sum_pair(centred * centred, sg(mb.astype(dt)))
+        squares = squares[:, None]
+    count = count[:, None]
 
     def rows(v):  # [B / G, 1, ...] -> [B, ...]
-        return jnp.broadcast_to(v, xb.shape).reshape(x.shape)
+        return None if v is None else jnp.broadcast_to(v, xb.shape).reshape(x.shape)
 
     return _Stats(rows(count), rows(hi), rows(unit), rows(inv_unit), shifted.reshape(x.shape),
-                  rows(total), rows(mean), rows(sum_sq), rows(total == 0), rows(bad),
-                  own_nonfinite.reshape(x.shape))
+                  rows(total), rows(mean), rows(squares), rows(total == 0),
+                  rows(count - finite_count), own_nonfinite.reshape(x.shape))
 
 
-def group_stats(x: jax.Array, g: Groups, mask: jax.Array) -> _Stats:
+def group_stats(x: jax.Array, g: Groups, mask: jax.Array, *, sum_sq: bool = True) -> _Stats:
     """Statistics of ``x[B, ...]`` per (group, trailing index): the reshape path when ``g``
-    promises the contiguous layout, the segment (scatter) path otherwise."""
+    promises the contiguous layout, the segment (scatter) path otherwise. ``sum_sq=False``: the
+    caller does not read ``sum_sq`` (the reshape path then skips that reduction)."""
     if g.group_size is not None and x.shape[0] == g.group_size * g.num_groups:
-        return _block_stats(x, g.group_size, mask)
+        return _block_stats(x, g.group_size, mask, sum_sq)
     return segment_stats(x, g.index, g.num_groups, mask)
 
 
@@ -748,7 +783,7 @@ def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normal
     dt = x.dtype
     eps = _checks.scalar(opts.eps, dt, "eps")
 
-    st = group_stats(x, g, mask)
+    st = group_stats(x, g, mask, sum_sq=scale_level == "group")
     singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
     # Every quantity below is in set units (x / st.unit, see _Stats); ratios need no conversion.
     centred = st.shifted - st.mean
@@ -889,7 +924,7 @@ def group_mean(
       Array([0.5, 0.5, 4. ], dtype=float32)
     """
     xc, mask, out_dtype = prepare(x, group_ids, mask)
-    st = group_stats(xc, group_ids, mask)
+    st = group_stats(xc, group_ids, mask, sum_sq=False)
     out = jnp.where(st.nonfinite, jnp.full_like(xc, jnp.nan), st.mean_value())
     out = jnp.where(mask, out, jnp.zeros_like(xc))
     return out.astype(out_dtype)
@@ -953,7 +988,7 @@ def peer_mean(
 
 def peer_mean_with_groups(x: jax.Array, g: Groups, mask: jax.Array) -> PeerMean:
     """The body of :func:`peer_mean` on prepared inputs (compute dtype, boolean mask)."""
-    st = group_stats(x, g, mask)
+    st = group_stats(x, g, mask, sum_sq=False)
     others = st.count - 1
     has_peer = mask & (others > 0)
     # Sum of the others in the shifted domain: the set's sum minus the entry's own value.

@@ -62,6 +62,7 @@ from ._turns import (
     discount_powers,
     masked_best_prior,
     masked_future_best,
+    masked_turn_maxima,
     prepare_turns,
     running_max,
 )
@@ -121,9 +122,9 @@ def _cast(tree, out_dtype):
 # --------------------------------------------------------------------------------------------
 
 
-def _retrospective(s, mask, *, initial, threshold, w_progress, w_preserve, w_regress):
+def _retrospective(s, mask, *, initial, threshold, w_progress, w_preserve, w_regress, m=None):
     zero = jnp.zeros_like(s)
-    m = masked_best_prior(s, mask, initial)
+    m = masked_best_prior(s, mask, initial) if m is None else m
     # A padded turn is read as "equal to the best prior": no improvement, no regression, and its
     # value (NaN, inf) never reaches an arithmetic op, so neither outputs nor gradients see it.
     s_v = jnp.where(mask, s, m)
@@ -141,12 +142,12 @@ def _retrospective(s, mask, *, initial, threshold, w_progress, w_preserve, w_reg
     )
 
 
-def _hindsight(s, mask, g: Groups, retro: Retrospective, *, threshold):
+def _hindsight(s, mask, g: Groups, retro: Retrospective, *, threshold, u=None):
     zero = jnp.zeros_like(s)
     # best_prior / improvement are exact copies of m and Δ on valid turns (0 on padded ones,
     # where `mask` already excludes the turn).
     eligible = mask & (retro.best_prior < threshold) & (retro.improvement == 0)
-    u = jnp.where(mask, masked_future_best(s, mask), zero)
+    u = jnp.where(mask, masked_future_best(s, mask) if u is None else u, zero)
     # Leave-one-out mean over the *other eligible* trajectories of the prompt at the same turn
     # index: the peer statistics of u with mask = eligible on [B, K] (one grouping primitive).
     peers = peer_mean_with_groups(u, g, eligible)
@@ -600,15 +601,19 @@ def tcpo_advantages(
         return _checks.scalar(value, dt, name)
 
     threshold = hyper(success_threshold, "success_threshold")
+    initial = hyper(initial, "initial")
+    # The best prior and the future best in one pass over the turns.
+    best_before, best_after = masked_turn_maxima(s, mask, initial)
     retro = _retrospective(
         s, mask,
-        initial=hyper(initial, "initial"),
+        initial=initial,
         threshold=threshold,
         w_progress=hyper(progress_weight, "progress_weight"),
         w_preserve=hyper(preservation_weight, "preservation_weight"),
         w_regress=hyper(regression_weight, "regression_weight"),
+        m=best_before,
     )
-    hind = _hindsight(s, mask, group_ids, retro, threshold=threshold)
+    hind = _hindsight(s, mask, group_ids, retro, threshold=threshold, u=best_after)
 
     if alt_scores is None:
         if alt_mask is not None or selected is not None:

@@ -76,6 +76,49 @@ def masked_future_best(s: jax.Array, turn_mask: jax.Array) -> jax.Array:
     return running_max(jnp.where(turn_mask, s, neg_inf), reverse=True)
 
 
+def _window_operands(v: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``[B, t, k]`` views of ``v[B, K]``: ``v[b, t]`` where ``t < k`` (before ``k``) and where
+    ``t >= k`` (from ``k`` on), ``-inf`` elsewhere."""
+    turns = v.shape[1]
+    neg_inf = jnp.array(-jnp.inf, dtype=v.dtype)
+    t = jnp.arange(turns)[:, None]
+    k = jnp.arange(turns)[None, :]
+    vb = jnp.broadcast_to(v[:, :, None], v.shape + (turns,))
+    return jnp.where(t < k, vb, neg_inf), jnp.where(t >= k, vb, neg_inf)
+
+
+@jax.custom_jvp
+def _before_and_from(v: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(max_{t<k} v_t, max_{t>=k} v_t)`` of ``v[B, K]`` (``-inf`` for an empty range): one
+    variadic reduction over a ``[B, K, K]`` broadcast, compiled as one kernel with its producers
+    fused in (two ``lax.cummax`` windows are two kernels, slower on CPU, plus a shift for the
+    exclusive maximum). Exact, so bit-identical to a sequential scan."""
+    neg_inf = jnp.array(-jnp.inf, dtype=v.dtype)
+    return jax.lax.reduce(_window_operands(v), (neg_inf, neg_inf),
+                          lambda p, q: (jnp.maximum(p[0], q[0]), jnp.maximum(p[1], q[1])), (1,))
+
+
+@_before_and_from.defjvp
+def _before_and_from_jvp(primals, tangents):
+    # The derivative of jnp.max over each window (ties share the tangent equally).
+    def maxima(v):
+        before, after = _window_operands(v)
+        return jnp.max(before, axis=1), jnp.max(after, axis=1)
+
+    return _before_and_from(*primals), jax.jvp(maxima, primals, tangents)[1]
+
+
+def masked_turn_maxima(s: jax.Array, turn_mask: jax.Array,
+                       initial: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(masked_best_prior(s, turn_mask, initial), masked_future_best(s, turn_mask))`` in one
+    pass (TCPO needs both): one kernel up to ``_CUMMAX_TURNS`` turns (``O(K²)`` compares per row,
+    as the ``lax.cummax`` window), the two running maxima beyond."""
+    if s.shape[1] > _CUMMAX_TURNS:
+        return masked_best_prior(s, turn_mask, initial), masked_future_best(s, turn_mask)
+    before, after = _before_and_from(jnp.where(turn_mask, s, jnp.array(-jnp.inf, dtype=s.dtype)))
+    return jnp.maximum(before, initial), after
+
+
 def discount_powers(num_turns: int, gamma: jax.Array) -> jax.Array:
     """``γ^k`` for ``k = 0..K-1`` in ``gamma``'s dtype; ``0^0 = 1``, so ``γ = 0`` keeps turn 0 only."""
     k = jnp.arange(num_turns)
