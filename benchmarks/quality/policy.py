@@ -138,8 +138,9 @@ def inverse_cdf(logits: jax.Array, u: jax.Array) -> jax.Array:
     and a uniform ``u ∈ [0, 1)`` (``F`` the cumulative softmax).
 
     ``P(j) = F_j - F_{j-1} = softmax(logits)_j``: one uniform number per token instead of one
-    Gumbel number per vocabulary entry (``argmax(logits + G)``), which made the sampling noise
-    most of a rollout's cost on a CPU. Scaling ``u`` by the last cumulative mass (1 up to
+    Gumbel number per vocabulary entry (``argmax(logits + G)``), whose noise was, on a CPU, most
+    of a held-out evaluation call's cost and a third of a training rollout's (measured with the
+    noise replaced by zeros: docs/guides/credit-lab.md). Scaling ``u`` by the last cumulative mass (1 up to
     rounding) keeps the draw inside ``[0, n)`` and off zero-probability tokens however the sum
     rounds. Two branches given the same ``u`` at the same state draw the same token (common
     random numbers).
