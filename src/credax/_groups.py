@@ -716,10 +716,10 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = 
     variadic reduction. On the CPU a variadic reduction evaluates its fused producers inside its
     scalar reduction loop, while a one-output reduction is a library kernel whose operand is first
     written by a vectorised elementwise kernel; for a long producer that is faster, for a short
-    one (GRPO's rewards) slower. Measured, interleaved A/B on this 2-core CPU (loaded), wall per
-    call: TCPO in a jitted step at B=4096, K=16, contiguous, 1.99 -> 1.51 ms; GRPO's
-    normalisation of 65536 rewards, contiguous, 0.60 -> 0.66 ms. Results are bit-identical
-    (maxima are exact)."""
+    one (GRPO's rewards) slower. Measured, interleaved A/B in one process on the 2-core CPU
+    (loaded), median wall per call: TCPO in a jitted step at B=4096, K=16, contiguous,
+    1.275 -> 1.008 ms; GRPO's normalisation of 65536 rewards, contiguous, 0.595 -> 0.663 ms.
+    Results are bit-identical (maxima are exact)."""
     sg = jax.lax.stop_gradient
     dt = x.dtype
     batch = x.shape[0]
