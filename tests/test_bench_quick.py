@@ -86,6 +86,9 @@ def test_quick_run_covers_every_entry_point(quick_run):
     tcpo = next(r for r in data["sweep"] if r["fn"] == "tcpo_advantages")
     assert tcpo["compiles_on_changed_hyperparameter"] == 0
     assert tcpo["compiled"]["output_size_in_bytes"] > 0
+    # Two fresh processes shared a persistent compilation cache: the first wrote its programs.
+    pc = tcpo["persistent_cache"]
+    assert pc["cache_entries"] >= 1 and pc["cold_first_call_s"] > 0 and pc["warm_first_call_s"] > 0
     cb = data["copy_bandwidth"]
     assert cb["bytes_per_s"] > 0 and cb["bytes_moved"] == 2 * cb["mib"] * 2**20
     for rec in data["cases"]:
