@@ -31,7 +31,7 @@ $(TEST_STAMP): pyproject.toml $(STAMP)
 	touch $(TEST_STAMP)
 
 test: $(TEST_STAMP)
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # The demo installs only what it needs (the `demo` extra), not the dev tools.
 $(DEMO_STAMP): pyproject.toml | $(PY)
