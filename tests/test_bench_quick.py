@@ -107,6 +107,22 @@ def test_import_credax_does_not_import_the_benchmark():
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
 
 
+def test_profile_reports_the_kernels_of_a_steady_call(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "credax.bench", "--quick", "--platform", "cpu", "--only", "sweep",
+         "--entries", "grpo_advantages (contiguous)", "--profile", "--no-torch", "--out",
+         str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (rec,) = json.loads((tmp_path / "speed-cpu.json").read_text())["sweep"]
+    kernels = rec["kernels"]
+    # XLA's fused kernels are named "*fusion*"; the runtime's own events are left out
+    assert any("fusion" in k["name"] for k in kernels), kernels
+    assert not any(k["name"].startswith(("$", "ThunkExecutor", "PjitFunction")) for k in kernels)
+    assert all(k["us"] >= 0 and k["count"] > 0 for k in kernels)
+    assert [k["us"] for k in kernels] == sorted((k["us"] for k in kernels), reverse=True)
+    assert "Time per kernel" in (tmp_path / "speed-cpu.md").read_text()
+
+
 def test_bench_cli_rejects_bad_arguments():
     for bad in (["--reps", "3"], ["--only", "nope"]):
         proc = subprocess.run([sys.executable, "-m", "credax.bench", *bad], capture_output=True,

@@ -37,6 +37,7 @@ from .harness import (
     nbytes,
     persistent_cache_first_call,
 )
+from .profile import kernel_profile
 
 GROUP_SIZE = 8
 TRIAGE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
@@ -648,9 +649,11 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     return out
 
 
-def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "") -> list[dict]:
+def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "",
+              profile: bool = False) -> list[dict]:
     """Compile, recompile, steady time, bytes, roofline and memory of every entry point (or of
-    those whose name contains one of the comma-separated words of ``only``)."""
+    those whose name contains one of the comma-separated words of ``only``); with ``profile``,
+    also its steady call's time per kernel (:func:`credax.bench.profile.kernel_profile`)."""
     jax = env.jax
     print(f"\n[sweep] every public entry point, sizes {cfg.sweep}")
     words = [w.strip() for w in only.split(",") if w.strip()]
@@ -679,6 +682,8 @@ def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "") -> l
         # and rewrites, e.g. folding normalisation keywords); host functions have none.
         auto = getattr(e.fn, "jitted", None) is not None and e.jitted == "auto"
         rec["compiled"] = compiled_memory(e.fn, *e.args, **e.kwargs) if auto else None
+        if profile:
+            rec["kernels"] = kernel_profile(lambda e=e: e.call(e.args))
         if e.name == "tcpo_advantages":
             z = cfg.sweep
             rec["persistent_cache"] = persistent_cache_first_call(z["B"], z["K"], z["G"])
