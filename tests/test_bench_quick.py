@@ -86,6 +86,9 @@ def test_quick_run_covers_every_entry_point(quick_run):
     tcpo = next(r for r in data["sweep"] if r["fn"] == "tcpo_advantages")
     assert tcpo["compiles_on_changed_hyperparameter"] == 0
     assert tcpo["compiled"]["output_size_in_bytes"] > 0
+    # Two fresh processes shared a persistent compilation cache: the first wrote its programs.
+    pc = tcpo["persistent_cache"]
+    assert pc["cache_entries"] >= 1 and pc["cold_first_call_s"] > 0 and pc["warm_first_call_s"] > 0
     cb = data["copy_bandwidth"]
     assert cb["bytes_per_s"] > 0 and cb["bytes_moved"] == 2 * cb["mib"] * 2**20
     for rec in data["cases"]:
@@ -102,6 +105,22 @@ def test_import_credax_does_not_import_the_benchmark():
     code = "import sys, credax; assert 'credax.bench' not in sys.modules; print('ok')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
+
+
+def test_profile_reports_the_kernels_of_a_steady_call(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "credax.bench", "--quick", "--platform", "cpu", "--only", "sweep",
+         "--entries", "grpo_advantages (contiguous)", "--profile", "--no-torch", "--out",
+         str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (rec,) = json.loads((tmp_path / "speed-cpu.json").read_text())["sweep"]
+    kernels = rec["kernels"]
+    # XLA's fused kernels are named "*fusion*"; the runtime's own events are left out
+    assert any("fusion" in k["name"] for k in kernels), kernels
+    assert not any(k["name"].startswith(("$", "ThunkExecutor", "PjitFunction")) for k in kernels)
+    assert all(k["us"] >= 0 and k["count"] > 0 for k in kernels)
+    assert [k["us"] for k in kernels] == sorted((k["us"] for k in kernels), reverse=True)
+    assert "Time per kernel" in (tmp_path / "speed-cpu.md").read_text()
 
 
 def test_bench_cli_rejects_bad_arguments():

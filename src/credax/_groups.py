@@ -697,7 +697,8 @@ def _block_sum_pair_jvp(primals, tangents):
     return _block_sum_pair(*primals), tuple(jnp.sum(t, axis=1) for t in tangents)
 
 
-def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = True) -> _Stats:
+def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = True,
+                 long_input: bool = False) -> _Stats:
     """:func:`segment_stats` for the contiguous layout: a reshape to ``[B / G, G, ...]`` and
     reductions over the ``G`` axis (no scatter, no gather). The same non-finite rule, the same
     power-of-two set unit, shift and two-pass variance; the sums differ from the scatter's only by
@@ -708,7 +709,17 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = 
     sum of squares of the centred values with the count (``sum_sq=True``). The count moves to
     where it keeps every reduction at two or more live outputs (see :func:`_block_reduce`); it
     is the same exact integer count wherever it is taken. ``sum_sq=False`` leaves
-    ``_Stats.sum_sq`` ``None`` (the peer mean and the group mean do not read it)."""
+    ``_Stats.sum_sq`` ``None`` (the peer mean and the group mean do not read it).
+
+    ``long_input=True`` (with ``sum_sq``): ``x`` is a long elementwise expression of the caller's
+    inputs, such as TCPO's credit. The extremes are then two one-output maxima instead of one
+    variadic reduction. On the CPU a variadic reduction evaluates its fused producers inside its
+    scalar reduction loop, while a one-output reduction is a library kernel whose operand is first
+    written by a vectorised elementwise kernel; for a long producer that is faster, for a short
+    one (GRPO's rewards) slower. Measured, interleaved A/B in one process on the 2-core CPU
+    (loaded), median wall per call: TCPO in a jitted step at B=4096, K=16, contiguous,
+    1.275 -> 1.008 ms; GRPO's normalisation of 65536 rewards, contiguous, 0.595 -> 0.663 ms.
+    Results are bit-identical (maxima are exact)."""
     sg = jax.lax.stop_gradient
     dt = x.dtype
     batch = x.shape[0]
@@ -724,7 +735,9 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = 
     neg_inf, zero = jnp.array(-jnp.inf, dtype=dt), jnp.zeros((), dt)
     # No gradient through the extremes (the shift and the unit are stop-gradient) nor the counts.
     extremes = (sg(jnp.where(ok, xb, neg_inf)), sg(jnp.where(ok, -xb, neg_inf)))
-    if sum_sq:
+    if sum_sq and long_input:
+        hi, neg_lo = jnp.max(extremes[0], axis=1), jnp.max(extremes[1], axis=1)
+    elif sum_sq:
         hi, neg_lo = _block_reduce(
             extremes, (neg_inf, neg_inf),
             lambda p, q: (jnp.maximum(p[0], q[0]), jnp.maximum(p[1], q[1])))
@@ -754,12 +767,14 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = 
                   rows(count - finite_count), own_nonfinite.reshape(x.shape))
 
 
-def group_stats(x: jax.Array, g: Groups, mask: jax.Array, *, sum_sq: bool = True) -> _Stats:
+def group_stats(x: jax.Array, g: Groups, mask: jax.Array, *, sum_sq: bool = True,
+                long_input: bool = False) -> _Stats:
     """Statistics of ``x[B, ...]`` per (group, trailing index): the reshape path when ``g``
     promises the contiguous layout, the segment (scatter) path otherwise. ``sum_sq=False``: the
-    caller does not read ``sum_sq`` (the reshape path then skips that reduction)."""
+    caller does not read ``sum_sq`` (the reshape path then skips that reduction).
+    ``long_input``: see :func:`_block_stats` (a kernel choice; the values do not change)."""
     if g.group_size is not None and x.shape[0] == g.group_size * g.num_groups:
-        return _block_stats(x, g.group_size, mask, sum_sq)
+        return _block_stats(x, g.group_size, mask, sum_sq, long_input)
     return segment_stats(x, g.index, g.num_groups, mask)
 
 
@@ -772,18 +787,21 @@ def prepare(x, g: Groups, mask, name: str = "x"):
     return xc, mask, out_dtype
 
 
-def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normalization) -> jax.Array:
+def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normalization, *,
+                          long_input: bool = False) -> jax.Array:
     """The body of :func:`group_normalize` on prepared inputs (compute dtype, boolean mask).
 
     Shared by the other modules (TCPO, MT-GRPO, GiGPO, TRIAGE's whitening) so that options are
-    validated (by :class:`Normalization`) and applied in exactly one place.
+    validated (by :class:`Normalization`) and applied in exactly one place. ``long_input``: ``x``
+    is a long expression of the caller's inputs (TCPO's credit), a kernel choice of
+    :func:`_block_stats` that leaves every value unchanged.
     """
     center, scale_level, ddof = opts.center, opts.scale, opts.ddof
     eps_mode, singleton, leave_one_out = opts.eps_mode, opts.singleton, opts.leave_one_out
     dt = x.dtype
     eps = _checks.scalar(opts.eps, dt, "eps")
 
-    st = group_stats(x, g, mask, sum_sq=scale_level == "group")
+    st = group_stats(x, g, mask, sum_sq=scale_level == "group", long_input=long_input)
     singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
     # Every quantity below is in set units (x / st.unit, see _Stats); ratios need no conversion.
     centred = st.shifted - st.mean

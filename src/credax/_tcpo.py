@@ -637,7 +637,8 @@ def tcpo_advantages(
     )
     credit = jnp.where(mask, retro.credit + refined, jnp.zeros_like(s))
     if normalize:
-        z = normalize_with_groups(credit, group_ids, mask, normalization)
+        # credit is a long expression of the inputs: see _groups._block_stats on long_input.
+        z = normalize_with_groups(credit, group_ids, mask, normalization, long_input=True)
     else:
         z = credit
     weights = discount_powers(s.shape[1], hyper(gamma, "gamma"))

@@ -4,7 +4,9 @@ Not imported by ``import credax``. Modules: ``credax.bench.harness`` (agreement 
 interleaved timing, compile events, the device copy that sets the roofline),
 ``credax.bench.cases`` (presets, data, the peer cases, the sweep over every public entry point,
 the targets), ``credax.bench.report`` (JSON, markdown, plot), ``credax.bench.peers`` (the
-torch / NumPy implementations credax is compared with, and float64 references). The user guide is
+torch / NumPy implementations credax is compared with, and float64 references),
+``credax.bench.profile`` (``kernel_profile``: a compiled call's time per kernel, from
+``jax.profiler``; ``--profile`` adds it to the sweep). The user guide is
 ``docs/guides/speed.md``. torch and
 matplotlib come with the ``bench`` extra: ``pip install '/path/to/credax[bench]'``.
 """

@@ -57,6 +57,8 @@ def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | N
                    help="sweep only the entry points whose name contains one of these "
                         "comma-separated words (default: all)")
     p.add_argument("--no-torch", action="store_true", help="do not import or time the torch peers")
+    p.add_argument("--profile", action="store_true",
+                   help="with the sweep: each entry point's time per kernel (jax.profiler)")
     args = p.parse_args(argv)
     if args.quick:
         args.preset = "quick"
@@ -150,7 +152,8 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
     if want("loss"):
         for t in cfg.token_lengths:
             cases.case_policy_loss(env, runner, t)
-    sweep = cases.run_sweep(env, cfg, bw["bytes_per_s"], args.entries) if want("sweep") else []
+    sweep = (cases.run_sweep(env, cfg, bw["bytes_per_s"], args.entries, profile=args.profile)
+             if want("sweep") else [])
 
     data = {
         "meta": {**meta, "wall_s": now() - started},

@@ -35,7 +35,9 @@ from .harness import (
     device_memory,
     measure_compile,
     nbytes,
+    persistent_cache_first_call,
 )
+from .profile import kernel_profile
 
 GROUP_SIZE = 8
 TRIAGE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
@@ -647,9 +649,11 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     return out
 
 
-def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "") -> list[dict]:
+def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "",
+              profile: bool = False) -> list[dict]:
     """Compile, recompile, steady time, bytes, roofline and memory of every entry point (or of
-    those whose name contains one of the comma-separated words of ``only``)."""
+    those whose name contains one of the comma-separated words of ``only``); with ``profile``,
+    also its steady call's time per kernel (:func:`credax.bench.profile.kernel_profile`)."""
     jax = env.jax
     print(f"\n[sweep] every public entry point, sizes {cfg.sweep}")
     words = [w.strip() for w in only.split(",") if w.strip()]
@@ -678,6 +682,11 @@ def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "") -> l
         # and rewrites, e.g. folding normalisation keywords); host functions have none.
         auto = getattr(e.fn, "jitted", None) is not None and e.jitted == "auto"
         rec["compiled"] = compiled_memory(e.fn, *e.args, **e.kwargs) if auto else None
+        if profile:
+            rec["kernels"] = kernel_profile(lambda e=e: e.call(e.args))
+        if e.name == "tcpo_advantages":
+            z = cfg.sweep
+            rec["persistent_cache"] = persistent_cache_first_call(z["B"], z["K"], z["G"])
         records.append(rec)
     return records
 
@@ -730,6 +739,14 @@ def evaluate_targets(cases: list[dict], sweep: list[dict]) -> list[dict]:
                     "case": "sweep", "measured": value, "op": "<=", "threshold": 0.5,
                     "met": None if value is None else value <= 0.5,
                     "cpu_s": tc[0]["first_call_cpu_s"] if tc else None})
+    cached = tc[0].get("persistent_cache") if tc else None
+    targets.append({"target": "not a target, for the row above: first call of groups + "
+                    "tcpo_advantages in a new process with JAX's persistent compilation cache "
+                    "warm (trace + lower + cache load + run), seconds",
+                    "case": "sweep", "measured": None if cached is None
+                    else cached["warm_first_call_s"], "op": "(info)", "threshold": "",
+                    "met": None, "cold_first_call_s": None if cached is None
+                    else cached["cold_first_call_s"]})
     recompiled = [r["fn"] for r in sweep if r["recompiled"]]
     targets.append({"target": "no recompilation on a second call or a changed hyperparameter",
                     "case": "sweep", "measured": recompiled, "op": "==", "threshold": [],

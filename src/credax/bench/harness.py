@@ -421,6 +421,68 @@ def measure_compile(name: str, jitted, first, second, changed=None, changed_what
     return rec
 
 
+# A new process's first call of tcpo_advantages, run twice against one persistent cache
+# directory: the first process compiles and writes the cache, the second loads it. The data are
+# the sweep's (same builders, same keyword arguments), so the cold figure is comparable with the
+# sweep's compile time.
+_CACHE_PROBE = """
+import json, sys, time
+import numpy as np
+import jax
+import credax
+from credax.bench.cases import make_ids, make_turns
+batch, turns, group_size = (int(a) for a in sys.argv[1:4])
+rng = np.random.default_rng(2026)
+s, m = make_turns(rng, batch, turns)
+ids = make_ids(rng, batch, group_size)
+s, m, ids = (jax.device_put(a) for a in (s, m, ids))
+jax.block_until_ready((s, m, ids))
+t0, c0 = time.perf_counter(), time.process_time()
+g = credax.groups(ids)
+jax.block_until_ready(credax.tcpo_advantages(s, m, g, gamma=0.9, hindsight_weight=1.0))
+print(json.dumps({"first_call_s": time.perf_counter() - t0,
+                  "first_call_cpu_s": time.process_time() - c0}))
+"""
+
+
+def persistent_cache_first_call(batch: int, turns: int, group_size: int) -> dict:
+    """``groups`` + ``tcpo_advantages`` as the first call of a fresh Python process, with JAX's
+    persistent compilation cache (``jax_compilation_cache_dir``) empty, then warm.
+
+    What a user pays at the start of every training run once the cache directory persists: the
+    trace and lowering still run, XLA's compile is replaced by loading the compiled program. Two
+    subprocesses of this interpreter (same ``JAX_PLATFORMS``, ``XLA_FLAGS`` and CPU affinity),
+    one temporary cache directory, removed afterwards."""
+    import json
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="credax-jax-cache-") as cache:
+        env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache,
+               # cache every program, however small or quick to compile
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+        runs = []
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-c", _CACHE_PROBE, str(batch), str(turns), str(group_size)],
+                env=env, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"persistent-cache probe failed:\n{done.stderr[-2000:]}")
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        entries = len(os.listdir(cache))
+    rec = {"batch": batch, "turns": turns, "group_size": group_size,
+           "cold_first_call_s": runs[0]["first_call_s"],
+           "cold_first_call_cpu_s": runs[0]["first_call_cpu_s"],
+           "warm_first_call_s": runs[1]["first_call_s"],
+           "warm_first_call_cpu_s": runs[1]["first_call_cpu_s"],
+           "cache_entries": entries}
+    print(f"  tcpo_advantages, new process: first call {fmt_time(rec['cold_first_call_s'])} with "
+          f"an empty persistent cache, {fmt_time(rec['warm_first_call_s'])} with it warm "
+          f"({entries} cache entries)")
+    return rec
+
+
 def compiled_memory(jitted, *args, **kwargs) -> dict | None:
     """XLA's own accounting of one compiled program: bytes accessed (cost analysis) and the
     argument / output / temporary buffer sizes (memory analysis). ``None`` where unavailable."""

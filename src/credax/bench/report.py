@@ -120,6 +120,16 @@ def render_markdown(data: dict) -> str:
                 f"{fmt_bytes(comp.get('temp_size_in_bytes'))} | "
                 f"{'not reported' if peak is None else fmt_bytes(peak)} |")
         lines.append("")
+    profiled = [r for r in data["sweep"] if r.get("kernels")]
+    if profiled:
+        lines += ["**Time per kernel of each steady call** (`--profile`: jax.profiler events, "
+                  "per call; the five longest)", ""]
+        for r in profiled:
+            ks = r["kernels"]
+            top = ", ".join(f"{k['name']} {fmt_time(k['us'] * 1e-6)}" for k in ks[:5])
+            lines.append(f"- {r['fn']}: {len(ks)} events, {fmt_time(sum(k['us'] for k in ks) * 1e-6)}"
+                         f" in all; {top}")
+        lines.append("")
     lines += ["**Targets**", "", "| target | measured | goal | met |", "|---|---|---|---|"]
     for t in data["targets"]:
         v = t["measured"]
