@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import credax
+from tests import random_inputs as rd
 from tests.reference import estimators as ref
 from tests.reference import peer_forms as peer
 
@@ -40,10 +41,10 @@ def test_matches_reference_and_verl():
 
 
 def test_chunked_hidden_path_equals_full_logits_values_and_gradients():
-    key = jax.random.split(jax.random.key(0), 3)
-    h = jax.random.normal(key[0], (2, 7, 5))
-    w = jax.random.normal(key[1], (5, 13))
-    tok = jax.random.randint(key[2], (2, 7), 0, 13)
+    key = rd.streams(0, 3)
+    h = rd.normal(key[0], (2, 7, 5))
+    w = rd.normal(key[1], (5, 13))
+    tok = rd.randint(key[2], (2, 7), 0, 13)
     mask = jnp.arange(7)[None, :] < jnp.array([[7], [4]])
     full = credax.token_entropy(jnp.einsum("btd,dv->btv", h, w), mask=mask)
     out = credax.token_logprobs_from_hidden(h, w, tok, chunk_size=3, mask=mask, with_entropy=True)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import credax
+from tests import random_inputs as rd
 from tests.reference import losses as ref
 
 MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -53,9 +54,8 @@ def test_token_logprobs_golden():
 
 
 def test_token_logprobs_matches_log_softmax_and_reference():
-    key = jax.random.key(0)
-    logits = 4.0 * jax.random.normal(key, (3, 7, 50))
-    tokens = jax.random.randint(jax.random.key(1), (3, 7), 0, 50)
+    logits = 4.0 * rd.normal(0, (3, 7, 50))
+    tokens = rd.randint(1, (3, 7), 0, 50)
     out = credax.token_logprobs(logits, tokens)
     expected = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), tokens[..., None], -1)[..., 0]
     close(out, np.asarray(expected), atol=1e-5, rtol=0)
@@ -63,9 +63,9 @@ def test_token_logprobs_matches_log_softmax_and_reference():
 
 
 def test_token_logprobs_custom_vjp_matches_autodiff_of_log_softmax():
-    logits = 3.0 * jax.random.normal(jax.random.key(20), (2, 6, 40))
-    tokens = jax.random.randint(jax.random.key(21), (2, 6), 0, 40)
-    weights = jax.random.normal(jax.random.key(22), (2, 6))
+    logits = 3.0 * rd.normal(20, (2, 6, 40))
+    tokens = rd.randint(21, (2, 6), 0, 40)
+    weights = rd.normal(22, (2, 6))
     mask = jnp.arange(6)[None, :] < jnp.array([[6], [2]])
 
     def reference(x):
@@ -79,8 +79,8 @@ def test_token_logprobs_custom_vjp_matches_autodiff_of_log_softmax():
 
 
 def test_token_logprobs_bf16_logits_computed_in_float32():
-    logits = (3.0 * jax.random.normal(jax.random.key(2), (2, 5, 33))).astype(jnp.bfloat16)
-    tokens = jax.random.randint(jax.random.key(3), (2, 5), 0, 33)
+    logits = (3.0 * rd.normal(2, (2, 5, 33))).astype(jnp.bfloat16)
+    tokens = rd.randint(3, (2, 5), 0, 33)
     out = credax.token_logprobs(logits, tokens)
     assert out.dtype == F32
     # bf16 -> f32 is exact, so the result is the float32 computation on the same values.
@@ -90,7 +90,7 @@ def test_token_logprobs_bf16_logits_computed_in_float32():
 
 
 def test_token_logprobs_mask_nan_logits_and_padding_ids():
-    logits = jax.random.normal(jax.random.key(4), (2, 4, 6))
+    logits = rd.normal(4, (2, 4, 6))
     tokens = jnp.array([[1, 2, -100, 5], [0, 6, 3, 3]])  # -100 and 6 are out of range
     mask = jnp.array([[True, True, False, True], [True, False, True, False]])
     poisoned = logits.at[0, 2].set(jnp.nan).at[1, 1].set(jnp.inf).at[1, 3].set(-jnp.inf)
@@ -112,7 +112,7 @@ def test_token_logprobs_mask_nan_logits_and_padding_ids():
 
 def test_token_logprobs_grad_matches_finite_differences():
     with jax.enable_x64(True):
-        logits = jax.random.normal(jax.random.key(5), (2, 3, 5), dtype=jnp.float64)
+        logits = rd.normal(5, (2, 3, 5), dtype=jnp.float64)
         tokens = jnp.array([[0, 4, 2], [1, 1, 3]])
         check_grads(jax.jit(lambda x: credax.token_logprobs(x, tokens)), (logits,), order=1,
                     modes=["rev"])
@@ -133,10 +133,10 @@ def test_token_logprobs_shape_errors():
 
 
 def _hidden_case(batch=2, length=10, dim=6, vocab=37, seed=0, dtype=F32):
-    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    hidden = jax.random.normal(k1, (batch, length, dim)).astype(dtype)
-    unembedding = (jax.random.normal(k2, (dim, vocab)) / math.sqrt(dim)).astype(dtype)
-    tokens = jax.random.randint(k3, (batch, length), 0, vocab)
+    k1, k2, k3 = rd.streams(seed, 3)
+    hidden = rd.normal(k1, (batch, length, dim)).astype(dtype)
+    unembedding = (rd.normal(k2, (dim, vocab)) / math.sqrt(dim)).astype(dtype)
+    tokens = rd.randint(k3, (batch, length), 0, vocab)
     return hidden, unembedding, tokens
 
 
@@ -396,7 +396,7 @@ def test_aggregate_global_normalizer_zero_and_errors():
 
 def test_aggregate_grad_finite_differences():
     with jax.enable_x64(True):
-        v = jax.random.normal(jax.random.key(7), (3, 4), dtype=jnp.float64)
+        v = rd.normal(7, (3, 4), dtype=jnp.float64)
         m = jnp.array([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], bool)
         for mode in MODES:
             check_grads(jax.jit(lambda x, mode=mode: credax.aggregate(x, m, mode=mode,
@@ -540,10 +540,10 @@ def test_gspo_golden_and_defining_property():
 def test_gspo_token_form_equals_sequence_objective():
     # With one advantage per row and seq-mean-token-mean, GSPO-token has GSPO's objective and
     # gradient: J = mean_b -min-form(A_b s_b) with s_b = exp(mean_t δ) differentiated through.
-    key = jax.random.split(jax.random.key(11), 3)
-    old = -jnp.abs(jax.random.normal(key[0], (4, 6)))
-    lp = old + 0.05 * jax.random.normal(key[1], (4, 6))
-    adv = jax.random.normal(key[2], (4,))
+    key = rd.streams(11, 3)
+    old = -jnp.abs(rd.normal(key[0], (4, 6)))
+    lp = old + 0.05 * rd.normal(key[1], (4, 6))
+    adv = rd.normal(key[2], (4,))
     mask = jnp.arange(6)[None, :] < jnp.array([[6], [3], [1], [5]])
 
     def gspo(x):
@@ -566,13 +566,13 @@ def test_gspo_token_form_equals_sequence_objective():
 
 
 def _random_batch(seed, batch=3, length=5, turns=3):
-    k = jax.random.split(jax.random.key(seed), 6)
-    old = -jnp.abs(jax.random.normal(k[0], (batch, length)))
-    logp = old + 0.4 * jax.random.normal(k[1], (batch, length))
-    adv = jax.random.normal(k[2], (batch, length))
-    refp = old + 0.3 * jax.random.normal(k[3], (batch, length))
-    mask = jax.random.bernoulli(k[4], 0.7, (batch, length))
-    turn_adv = jax.random.normal(k[5], (batch, turns))
+    k = rd.streams(seed, 6)
+    old = -jnp.abs(rd.normal(k[0], (batch, length)))
+    logp = old + 0.4 * rd.normal(k[1], (batch, length))
+    adv = rd.normal(k[2], (batch, length))
+    refp = old + 0.3 * rd.normal(k[3], (batch, length))
+    mask = rd.bernoulli(k[4], 0.7, (batch, length))
+    turn_adv = rd.normal(k[5], (batch, turns))
     return logp, old, adv, refp, mask, turn_adv
 
 

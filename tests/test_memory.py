@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import credax
+from tests import random_inputs as rd
 
 B, T, D, V, CHUNK = 2, 512, 16, 4096, 32
 LOGITS_BYTES = B * T * V * 4
@@ -48,11 +49,11 @@ def test_chunked_temp_bytes_below_quarter_of_logits(with_mask):
 
 def test_chunked_gradients_equal_unchunked():
     b, t, d, v = 2, 96, 8, 300
-    k = jax.random.split(jax.random.key(0), 4)
-    hidden = jax.random.normal(k[0], (b, t, d))
-    unembedding = jax.random.normal(k[1], (d, v)) / np.sqrt(d)
-    tokens = jax.random.randint(k[2], (b, t), 0, v)
-    weights = jax.random.normal(k[3], (b, t))
+    k = rd.streams(0, 4)
+    hidden = rd.normal(k[0], (b, t, d))
+    unembedding = rd.normal(k[1], (d, v)) / np.sqrt(d)
+    tokens = rd.randint(k[2], (b, t), 0, v)
+    weights = rd.normal(k[3], (b, t))
 
     def loss(h, w, chunk_size):
         lp = credax.token_logprobs_from_hidden(h, w, tokens, chunk_size=chunk_size)

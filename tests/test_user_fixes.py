@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import credax
+from tests import random_inputs as rd
 
 
 def _np_logprobs(logits, tokens, temperature):
@@ -78,18 +79,18 @@ def test_row_advantages_with_token_turn_gradient_matches():
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
 def test_token_logprobs_temperature_matches_numpy(temperature):
-    logits = jax.random.normal(jax.random.key(0), (2, 6, 9)) * 3
-    tokens = jax.random.randint(jax.random.key(1), (2, 6), 0, 9)
+    logits = rd.normal(0, (2, 6, 9)) * 3
+    tokens = rd.randint(1, (2, 6), 0, 9)
     got = credax.token_logprobs(logits, tokens, temperature=temperature)
     np.testing.assert_allclose(np.asarray(got), _np_logprobs(logits, tokens, temperature),
                                atol=2e-6, rtol=1e-6)
 
 
 def test_token_logprobs_temperature_gradient_matches_autodiff():
-    logits = jax.random.normal(jax.random.key(2), (2, 5, 7))
-    tokens = jax.random.randint(jax.random.key(3), (2, 5), 0, 7)
+    logits = rd.normal(2, (2, 5, 7))
+    tokens = rd.randint(3, (2, 5), 0, 7)
     mask = jnp.array([[True, True, False, True, True], [True, False, True, True, False]])
-    w = jax.random.normal(jax.random.key(4), (2, 5))
+    w = rd.normal(4, (2, 5))
 
     def ours(x):
         return jnp.sum(w * credax.token_logprobs(x, tokens, mask=mask, temperature=0.7))
@@ -104,9 +105,9 @@ def test_token_logprobs_temperature_gradient_matches_autodiff():
 
 @pytest.mark.parametrize("chunk_size", [None, 2, 4])
 def test_hidden_path_temperature_matches_numpy_and_grads(chunk_size):
-    h = jax.random.normal(jax.random.key(5), (2, 7, 4))
-    w = jax.random.normal(jax.random.key(6), (4, 11))
-    tok = jax.random.randint(jax.random.key(7), (2, 7), 0, 11)
+    h = rd.normal(5, (2, 7, 4))
+    w = rd.normal(6, (4, 11))
+    tok = rd.randint(7, (2, 7), 0, 11)
     got = credax.token_logprobs_from_hidden(h, w, tok, chunk_size=chunk_size, temperature=0.6)
     logits = np.asarray(h, np.float64) @ np.asarray(w, np.float64)
     np.testing.assert_allclose(np.asarray(got), _np_logprobs(logits, tok, 0.6), atol=5e-6)
@@ -124,7 +125,7 @@ def test_hidden_path_temperature_matches_numpy_and_grads(chunk_size):
 
 
 def test_temperature_may_be_traced_without_recompiling():
-    logits = jax.random.normal(jax.random.key(8), (1, 3, 5))
+    logits = rd.normal(8, (1, 3, 5))
     tok = jnp.array([[0, 1, 2]])
     # chex raises AssertionError if the function is traced a second time (a recompile).
     f = jax.jit(chex.assert_max_traces(lambda t: credax.token_logprobs(logits, tok, temperature=t),
@@ -156,7 +157,7 @@ def test_first_update_ratio_is_one_when_temperatures_agree():
             return self.embed(tokens) * 4.0  # peaked logits: T matters
 
     model = Bigram(nnx.Rngs(0))
-    tokens = jax.random.randint(jax.random.key(9), (3, 8), 0, 13)
+    tokens = rd.randint(9, (3, 8), 0, 13)
     mask = jnp.ones((3, 8), bool).at[:, 0].set(False)
     for path in ("logits", "hidden"):
         apply = None
