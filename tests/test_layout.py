@@ -18,6 +18,7 @@ import pytest
 
 import credax
 from credax import _turns
+from credax._groups import _block_stats, normalize_with_groups
 
 ROUND = dict(rtol=2e-6, atol=1e-6)
 
@@ -145,6 +146,27 @@ def test_tcpo_fast_path_matches_general(seed):
         # maxima and selections are identical, not merely close
         np.testing.assert_array_equal(fast.hindsight.future_best, general.hindsight.future_best)
         np.testing.assert_array_equal(fast.hindsight.eligible, general.hindsight.eligible)
+
+
+def test_long_input_extremes_are_the_same_statistics():
+    """``long_input`` (TCPO's credit) takes the extremes with two one-output maxima instead of one
+    variadic reduction: a kernel choice, so every statistic must be bit-identical — with NaN and
+    ±inf at valid entries, huge magnitudes, padded entries and a fully padded set."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((24, 5)).astype(np.float32) * np.float32(1e37)
+    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
+    mask = rng.random((24, 5)) < 0.8
+    mask[4:8, 3] = False  # one set with no valid entry
+    x = jnp.asarray(x)
+    a = _block_stats(x, 4, jnp.asarray(mask), sum_sq=True, long_input=True)
+    b = _block_stats(x, 4, jnp.asarray(mask), sum_sq=True, long_input=False)
+    for name, u, v in zip(a._fields, a, b, strict=True):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v), err_msg=name)
+    c = credax.groups(np.repeat(np.arange(6), 4), layout="contiguous", group_size=4)
+    opts = credax.Normalization()
+    np.testing.assert_array_equal(
+        normalize_with_groups(x, c, jnp.asarray(mask), opts, long_input=True),
+        normalize_with_groups(x, c, jnp.asarray(mask), opts, long_input=False))
 
 
 def test_contiguous_groups_pass_through_jit_and_vmap():
