@@ -60,13 +60,13 @@ def traced_once():
 # (``--no-loadscope-reorder``; xdist's default deals the files with the most tests first, which put
 # the 7-test, 130-CPU-second test_lab_tiny near the end). Dealing the longest files first keeps one
 # long file from running alone at the end while the other worker idles. The order: CPU seconds per
-# file in a full run (loaded 2-core machine, 2026-12-01, longest first); files not listed keep their
-# order after these.
-SLOW_FIRST = ("test_lab_tiny", "test_notebooks", "test_multidevice", "test_dogfood", "test_groups",
-              "test_losses", "test_tcpo", "test_bench_quick", "test_rollouts", "test_docs",
-              "test_torch", "test_hgpo", "test_shape_contract", "test_nnx", "test_outcome",
-              "test_adversarial", "test_lab", "test_wheel", "test_gigpo", "test_explain",
-              "test_mt_grpo", "test_user_fixes", "test_layout", "test_testing", "test_triage")
+# file (a full run on a loaded 2-core machine, 2026-12-01, less what this session's test changes
+# saved, longest first); files not listed keep their order after these.
+SLOW_FIRST = ("test_dogfood", "test_groups", "test_lab_tiny", "test_notebooks", "test_multidevice",
+              "test_tcpo", "test_bench_quick", "test_docs", "test_torch", "test_losses", "test_hgpo",
+              "test_nnx", "test_outcome", "test_adversarial", "test_lab", "test_rollouts",
+              "test_wheel", "test_gigpo", "test_explain", "test_mt_grpo", "test_layout",
+              "test_testing", "test_triage", "test_shape_contract", "test_turns")
 
 
 def pytest_collection_modifyitems(config, items):
