@@ -12,8 +12,10 @@ from tests.reference import estimators as ref
 
 def test_dead_groups_matches_reference():
     rng = np.random.default_rng(0)
+    # 40 cases over four batch sizes (the corners and the middle of 1..19): jit compiles once per
+    # size, where a fresh size per case compiled ~19 programs; ids, rewards and masks still vary.
     for _ in range(40):
-        batch = int(rng.integers(1, 20))
+        batch = int(rng.choice([1, 2, 7, 19]))
         r = rng.choice([0.0, 1.0, 0.5], size=batch)
         ids = rng.integers(-2, 5, size=batch).astype(np.int32)
         mask = rng.random(batch) < 0.85
