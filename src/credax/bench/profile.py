@@ -3,9 +3,10 @@
 ``kernel_profile(fn, *args)`` runs ``fn(*args)`` (already compiled by a first call) under
 ``jax.profiler`` and sums the recorded duration of every event by name, per call. On the CPU the
 events are XLA's thunks — one per fused kernel (``*_fusion``), library reduction (``ynn_fusion``),
-scatter, gather, copy or ``while`` loop — on the host threads that run them; on a GPU the trace
-also holds the device's kernels. Runtime bookkeeping (the executable's launch, the wait for
-completion, Python frames) is left out, so the rows add up to the work itself.
+scatter, gather, copy or ``while`` loop — on the host threads that run them. Runtime bookkeeping
+(the executable's launch, the wait for completion, Python frames) is left out, so on the CPU the
+rows add up to the work itself. On a GPU the trace also holds the device's kernels next to the
+host's launch events, and both are listed (not yet run on a GPU: no session had one).
 
 Used to find the floor of a pipeline (``docs/guides/speed.md``): which kernel dominates, and
 whether a change moved time or only moved it elsewhere. Measure on a quiet machine; the rows are
