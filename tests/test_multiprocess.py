@@ -37,7 +37,8 @@ def _free_port() -> int:
 
 def test_two_processes_equal_one_process(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+           # keeps the suite's XLA_FLAGS (conftest.py)
+           "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"}
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), str(port), str(tmp_path)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
