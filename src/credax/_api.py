@@ -55,7 +55,10 @@ def concrete_float(value) -> float | None:
     non-scalars, non-numbers and ``None`` itself.
     """
     if type(value) is float or type(value) is int:  # the common case first (bool is excluded)
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float range: as NumPy's object array, not concrete
+            return None
     if value is None or isinstance(value, jax.core.Tracer):
         return None
     if isinstance(value, jax.Array):
@@ -189,8 +192,9 @@ def _binder(signature: inspect.Signature):
     The public call binds on every call, and ``Signature.bind`` costs ~50 µs for a signature of
     twenty parameters (measured, 2-CPU machine). An ordinary call — positional arrays, then known
     keywords, nothing given twice, every required argument present — is bound by dict updates
-    into the same ``BoundArguments``; anything else (an unknown keyword, a missing or duplicated
-    argument) goes through ``Signature.bind``, so its ``TypeError`` is Python's own.
+    into a :class:`_Bound` holding what ``BoundArguments`` would; anything else (an unknown
+    keyword, a missing or duplicated argument) goes through ``Signature.bind``, so its
+    ``TypeError`` is Python's own.
     """
     parameters = signature.parameters
     kinds = {p.kind for p in parameters.values()}
