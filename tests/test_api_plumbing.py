@@ -25,7 +25,7 @@ def test_concrete_float_reads_every_concrete_scalar(value):
     assert _api.concrete_float(value) == 0.25  # 0.25 is exact in every float type above
 
 
-@pytest.mark.parametrize("value", [None, np.zeros(2), jnp.zeros((1,)), [0.25], "0.25"])
+@pytest.mark.parametrize("value", [None, np.zeros(2), jnp.zeros((1,)), [0.25], "0.25", True, 10**400])
 def test_concrete_float_refuses_non_scalars(value):
     assert _api.concrete_float(value) is None
 
@@ -183,3 +183,122 @@ def test_lower_goes_through_the_public_checks_and_rewrites():
 
     with pytest.raises(ValueError, match="eps"):
         credax.tcpo_advantages.lower(s, m, g, eps=-1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# The call's own overhead: the fast binder and the resolved-options cache equal the slow paths
+# --------------------------------------------------------------------------------------------
+
+
+def _public_signatures():
+    import inspect
+
+    for name in credax.__all__:
+        fn = getattr(credax, name)
+        if callable(fn) and hasattr(fn, "public_options"):
+            yield name, inspect.signature(fn.__wrapped__)
+
+
+def _calls(sig):
+    """Call patterns for a signature, with sentinel values: every required argument positionally
+    and by keyword, and each optional one added by keyword (or positionally where it can be)."""
+    import inspect
+
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    required = [p for p in params if p.default is p.empty]
+    first = tuple(f"<{p.name}>" for p in positional if p.default is p.empty)
+    keywords = {p.name: f"<{p.name}>" for p in required if p.kind is p.KEYWORD_ONLY}
+    yield first, keywords
+    yield (), {p.name: f"<{p.name}>" for p in required}
+    for p in params:
+        if p.default is not p.empty:
+            yield first, {**keywords, p.name: f"<{p.name}!>"}
+    yield tuple(f"<{p.name}>" for p in positional), keywords  # every positional parameter given
+
+
+def test_fast_binding_equals_signature_bind_for_every_public_function():
+    checked = 0
+    for name, sig in _public_signatures():
+        bind = _api._binder(sig)
+        for args, kwargs in _calls(sig):
+            expected = sig.bind(*args, **kwargs)
+            passed = frozenset(expected.arguments)
+            expected.apply_defaults()
+            bound, got_passed = bind(args, kwargs)
+            assert list(bound.arguments.items()) == list(expected.arguments.items()), name
+            assert got_passed == passed, name
+            assert bound.args == expected.args and bound.kwargs == expected.kwargs, name
+            checked += 1
+    assert checked > 200  # every public function, several patterns each
+
+
+def test_fast_binding_leaves_bad_calls_to_python_with_its_own_error():
+    import inspect
+
+    def f(x, group_ids=None, *, eps=1.0):
+        return x
+
+    sig = inspect.signature(f)
+    bind = _api._binder(sig)
+    bad = [((1, 2, 3), {}), ((1,), {"x": 2}), ((), {}), ((1,), {"epsilon": 2.0}), ((), {"eps": 1})]
+    for args, kwargs in bad:
+        with pytest.raises(TypeError) as expected:
+            sig.bind(*args, **kwargs)
+        with pytest.raises(TypeError) as got:
+            bind(args, kwargs)
+        assert str(got.value) == str(expected.value)
+
+
+def test_fast_binding_after_prepare_drops_keywords_as_inspect_does():
+    # prepare pops keywords (the normalisation fields) from the bound arguments; args / kwargs
+    # then hold what is left, exactly as inspect.BoundArguments would.
+    import inspect
+
+    def f(x, g, mask=None, *, eps=1.0, scale="group", normalization=None):
+        return x
+
+    sig = inspect.signature(f)
+    bound, _ = _api._binder(sig)((1, 2), {"scale": "none"})
+    expected = sig.bind(1, 2, scale="none")
+    expected.apply_defaults()
+    for b in (bound, expected):
+        b.arguments.pop("scale")
+        b.arguments.pop("g")  # a positional parameter gone: the ones after it become keywords
+    assert bound.args == expected.args == (1,)
+    assert bound.kwargs == expected.kwargs == {"mask": None, "eps": 1.0, "normalization": None}
+
+
+def test_resolved_normalization_is_reused_only_for_equal_plain_options():
+    import math
+    import warnings
+
+    prepare = _groups.resolve_normalization()
+
+    def resolve(passed=(), **arguments):
+        arguments = {"normalization": None, **arguments}
+        prepare(arguments, frozenset(passed) | frozenset(arguments) - {"normalization"})
+        return arguments["normalization"]
+
+    first, again = resolve(eps=1e-4, ddof=0), resolve(eps=1e-4, ddof=0)
+    assert first is again and (first.eps, first.ddof) == (1e-4, 0)
+    assert resolve(eps=1e-3, ddof=0).eps == 1e-3  # a new value: not the cached one
+    assert resolve(ddof=1).ddof == 1
+    with pytest.raises(TypeError, match="ddof"):  # True == 1, but it is not 1's cached entry
+        resolve(ddof=True)
+    assert math.copysign(1.0, resolve(eps=-0.0).eps) == -1.0  # -0.0 is not 0.0's entry
+    assert math.copysign(1.0, resolve(eps=0.0).eps) == 1.0
+    traced_like = jnp.asarray(1e-4)
+    assert resolve(eps=traced_like).eps is traced_like  # arrays are never keys
+    with pytest.raises(ValueError, match="eps"):
+        resolve(eps=-1.0)
+    with pytest.raises(ValueError, match="eps"):  # a failed resolution is not cached either
+        resolve(eps=-1.0)
+    for _ in range(2):  # a deprecated spelling warns on every call
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert resolve(scale=True).scale == "group"
+        assert [w.category for w in seen] == [DeprecationWarning]
+    for i in range(600):  # bounded: a schedule of eps values does not grow it forever
+        resolve(eps=1e-6 * (i + 1))
+    assert len(_groups._RESOLVED) <= 256

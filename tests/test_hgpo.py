@@ -148,3 +148,35 @@ def test_jit_and_errors():
         credax.hgpo_advantages(outcome, steps, anchors, mask, ids, episode_pooling="batch")
     with pytest.raises(TypeError, match="`anchor_ids`"):
         credax.hgpo_advantages(outcome, steps, anchors.astype(float), mask, ids)
+
+
+def test_each_level_hashes_the_previous_group_and_one_anchor_with_the_same_groups():
+    # hgpo_advantages builds level k's groups from (level k-1's group index, the anchor k-1 steps
+    # back) instead of the full tuple (prompt, a_t, ..., a_{t-k+1}). That relies on the group
+    # index being the lowest valid row with the same key tuple, whatever the hash: checked here
+    # against a NumPy dictionary of the full tuples, for every level of random histories.
+    from credax import _groups
+    from credax._hgpo import history_keys
+
+    rng = np.random.default_rng(3)
+    b, k = 64, 9
+    anchors = jnp.asarray(rng.integers(0, 3, size=(b, k)).astype(np.int32))
+    mask = jnp.asarray(np.arange(k)[None, :] < rng.integers(1, k + 1, b)[:, None])
+    prompt = np.repeat(np.arange(b // 4), 4)
+    n = b * k
+    flat_prompt = jnp.asarray(np.broadcast_to(prompt[:, None], (b, k)).reshape(n))
+    previous = flat_prompt
+    for level in range(1, 6):
+        keys, valid = history_keys(anchors, mask, level)
+        valid = valid.reshape(n)
+        nested = _groups.groups_from_keys(previous, keys[-1].reshape(n), valid=valid).index
+        full = _groups.groups_from_keys(flat_prompt, *(key.reshape(n) for key in keys),
+                                        valid=valid).index
+        lowest, expected = {}, np.arange(n)
+        tuples = np.stack([np.asarray(flat_prompt)] + [np.asarray(key).reshape(n) for key in keys])
+        for row in range(n):
+            if bool(valid[row]):
+                expected[row] = lowest.setdefault(tuple(tuples[:, row]), row)
+        np.testing.assert_array_equal(full, expected)
+        np.testing.assert_array_equal(nested, expected)
+        previous = nested

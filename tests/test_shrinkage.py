@@ -65,6 +65,23 @@ def test_variance_reduction_on_bernoulli_prompts():
     assert res["shrinkage_loo"]["mse"] < res["rloo"]["mse"]
 
 
+def test_against_the_true_advantage_self_inclusion_decides_the_sign():
+    # R = V_p + δ + η (benchmarks/shrinkage.py::against_true_advantage), truth A* = δ. Derivation:
+    # with the self-inclusive mean μ_p, A − A* = η_i − (μ_p − V_p) and E[η_i (μ_p − V_p)] = sd_η²/n,
+    # so plain Dr. GRPO cancels a share 1/n of η_i; the shrunk baseline (1 − c) μ_p + c μ̄ keeps
+    # only (1 − c) of it and, at the James–Stein c, gains c·(sd_δ² + sd_η²)/n on the estimate of
+    # V_p: net (c/n)(sd_η² − sd_δ²). The leave-one-out mean has no share of η_i: it only gains.
+    for sd_action, sd_rest in bench.REGIMES:
+        res = bench.against_true_advantage(sd_action, sd_rest, batches=300, seed=0)
+        assert res["rloo_change"] < -0.004, res
+        predicted = res["dr_grpo_first_order"]
+        if sd_action == sd_rest:
+            assert abs(res["dr_grpo_change"]) < 5e-4, res
+        else:
+            assert np.sign(res["dr_grpo_change"]) == np.sign(sd_rest - sd_action), res
+            np.testing.assert_allclose(res["dr_grpo_change"], predicted, rtol=0.15)
+
+
 def test_masked_rows_and_jit():
     r = jnp.array([1.0, jnp.nan, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
     ids = jnp.array([0, 0, 1, 1, 2, 2, 3, 3, 0])

@@ -201,6 +201,7 @@ def test_select_top_surprisal_ties_scopes_and_fewer_candidates():
     assert sel(budget=6) == [[1, 1, 1, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
     # L larger than the 10 candidates: all of them, nothing else
     assert sel(budget=50) == cand.astype(int).tolist()
+    assert sel(budget=10**12) == cand.astype(int).tolist()  # beyond int32: no overflow either
     assert sel(budget=0) == [[0] * 4] * 3
     # trajectory, L = 1: row 2's best number is 0.2 at (2,2) (tie with (2,3): lower index)
     assert sel(budget=1, scope="trajectory") == [[0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
@@ -350,7 +351,9 @@ def test_counterfactual_matches_reference(data):
 @given(st.data())
 def test_select_top_surprisal_matches_reference(data):
     b, k = data.draw(st.sampled_from(SIZES))
-    surprisal = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.35, 1 / 3, 2.0, NAN, INF]),
+    # -0.0 ties 0.0; ±1e-45 are float32 denormals (ordered, not flushed); ±inf rank above NaN.
+    values = [0.0, -0.0, 0.35, 1 / 3, 2.0, -2.0, 1e-45, -1e-45, NAN, INF, -INF]
+    surprisal = np.array(data.draw(st.lists(st.sampled_from(values),
                                             min_size=b * k, max_size=b * k))).reshape(b, k)
     cand = np.array(data.draw(st.lists(st.booleans(), min_size=b * k, max_size=b * k)))
     cand = cand.reshape(b, k)
@@ -361,6 +364,29 @@ def test_select_top_surprisal_matches_reference(data):
     got = credax.select_top_surprisal(f32(surprisal), cand, budget=budget, scope=scope, **kw)
     expected = ref.select_top(f32(surprisal), cand, budget, scope, ids)
     assert (np.asarray(got) == expected).all()
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_select_top_surprisal_large_batches_match_reference(x64):
+    # Thousands of entries with heavy ties and every special value, each scope, budgets from 1 to
+    # more than the candidates: the bisection over the float bits and the tie bound must pick
+    # exactly the reference's sorted prefix. x64: float64 surprisal, 64-bit keys.
+    rng = np.random.default_rng(7)
+    b, k = 96, 16
+    values = np.array([0.0, -0.0, 0.5, 0.5 + 2**-20, 1e-45, -3.0, 7.0, NAN, INF, -INF])
+    surprisal = np.where(rng.random((b, k)) < 0.5, rng.choice(values, (b, k)),
+                         rng.normal(size=(b, k)))
+    cand = rng.random((b, k)) < 0.7
+    ids = rng.choice(np.array([-7, 0, 3, 10**6, 11]), size=b)
+    dtype = np.float64 if x64 else np.float32
+    with jax.enable_x64(x64):
+        for scope in ("batch", "group", "trajectory"):
+            kw = dict(group_ids=ids) if scope == "group" else {}
+            for budget in (1, 5, 17, 400, b * k + 1):
+                got = credax.select_top_surprisal(surprisal.astype(dtype), cand, budget=budget,
+                                                  scope=scope, **kw)
+                expected = ref.select_top(surprisal.astype(dtype), cand, budget, scope, ids)
+                assert (np.asarray(got) == expected).all(), (scope, budget)
 
 
 @given(st.data())

@@ -58,7 +58,7 @@ def reject_torch(x, name: str, function: str | None = None) -> None:
 def as_float_array(x, name: str) -> jax.Array:
     """``x`` as an array of a real numeric dtype (float, int or bool), else ``TypeError``."""
     reject_torch(x, name)
-    x = jnp.asarray(x)
+    x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # asarray returns an Array as is
     if not (
         jnp.issubdtype(x.dtype, jnp.floating)
         or jnp.issubdtype(x.dtype, jnp.integer)
@@ -78,7 +78,7 @@ def as_mask(mask, name: str, shape: Sequence[int]) -> jax.Array:
     if mask is None:
         return jnp.ones(shape, dtype=bool)
     reject_torch(mask, name)
-    mask = jnp.asarray(mask)
+    mask = mask if isinstance(mask, jax.Array) else jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         raise TypeError(
             f"`{name}` must be a boolean array (true = real entry); got dtype {mask.dtype}. "
@@ -91,7 +91,7 @@ def as_mask(mask, name: str, shape: Sequence[int]) -> jax.Array:
 
 def as_int_array(x, name: str) -> jax.Array:
     reject_torch(x, name)
-    x = jnp.asarray(x)
+    x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # asarray returns an Array as is
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"`{name}` must be an integer array; got dtype {x.dtype}.")
     return x

@@ -524,6 +524,9 @@ class Normalization(Mapping):
         return out
 
 
+_DEFAULT_FIELDS = dict(Normalization().items())
+
+
 def as_normalization(value, name: str = "normalization") -> Normalization:
     """``value`` as a :class:`Normalization`: ``None`` is the default, a mapping is its fields."""
     if value is None:
@@ -547,13 +550,51 @@ def resolve_normalization(keys: tuple[str, ...] = NORMALIZE_KEYS):
     """
 
     def prepare(arguments, passed) -> None:
-        base = as_normalization(arguments.get("normalization"))
+        given = arguments.get("normalization")
         changes = {k: arguments[k] for k in keys if k in passed}
-        arguments["normalization"] = base.replace(**changes) if changes else base
+        key = _resolved_key(given, changes)
+        resolved = _RESOLVED.get(key) if key is not None else None
+        if resolved is None:
+            base = as_normalization(given)
+            resolved = base.replace(**changes) if changes else base
+            if key is not None:
+                if len(_RESOLVED) >= 256:  # a schedule of eps values must not grow it forever
+                    _RESOLVED.clear()
+                _RESOLVED[key] = resolved
+        arguments["normalization"] = resolved
         for k in keys:
             arguments.pop(k, None)
 
     return prepare
+
+
+# Resolved options of earlier calls, so that an ordinary call does not build and re-validate a
+# Normalization (two constructions, ~30 µs) every time. Only plain Python option values are
+# keys, and no deprecated spelling (those warn on every call, so they are always rebuilt).
+_RESOLVED: dict[tuple, Normalization] = {}
+_OPTION_TYPES = (bool, int, float, str)
+
+
+def _resolved_key(given, changes) -> tuple | None:
+    """The cache key of (``normalization``, keywords): every field's type and exact value."""
+    if given is None:
+        fields = dict(_DEFAULT_FIELDS)
+    elif type(given) is Normalization:
+        fields = {k: getattr(given, k) for k in NORMALIZE_KEYS}
+    else:
+        return None
+    fields.update(changes)
+    if fields.keys() != _DEFAULT_FIELDS.keys():
+        return None  # an unknown field: Normalization.replace raises
+    key = []
+    for k in NORMALIZE_KEYS:
+        v = fields[k]
+        if type(v) not in _OPTION_TYPES:
+            return None
+        key.append((type(v), v.hex() if type(v) is float else v))  # hex: -0.0 is not 0.0
+    if type(fields["scale"]) is not str or fields["singleton"] == "center" or fields["center"] is not True:
+        return None  # deprecated spellings warn on every call
+    return tuple(key)
 
 
 # --------------------------------------------------------------------------------------------

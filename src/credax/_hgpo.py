@@ -203,12 +203,16 @@ def hgpo_advantages(
     else:
         levels, valid = [jnp.zeros(s.shape, dt)], [jnp.zeros(s.shape, bool)]
 
-    # Levels 1..H+1: the last k observations, nested in the prompt.
+    # Levels 1..H+1: the last k observations, nested in the prompt. Level k's key is level
+    # k - 1's group plus the one older anchor: a row valid at level k is valid at k - 1, where its
+    # group index (the group's lowest row, whatever the key's hash) names its whole key tuple. So
+    # each level hashes two key columns instead of k + 1, and the groups are the same.
+    previous = prompt.reshape(n)
     for k in range(1, history + 2):
         keys, valid_k = history_keys(anchors, turn_mask, k)
         flat_valid = valid_k.reshape(n)
-        level_groups = groups_from_keys(prompt.reshape(n), *(key.reshape(n) for key in keys),
-                                        valid=flat_valid)
+        level_groups = groups_from_keys(previous, keys[-1].reshape(n), valid=flat_valid)
+        previous = level_groups.index
         a_k = normalize_with_groups(g_flat, level_groups, flat_valid,
                                     base.replace(ddof=ddof, singleton="zero"))
         levels.append(a_k.reshape(s.shape))

@@ -407,8 +407,12 @@ def select_top_surprisal(
     a candidate ranks below every number, ``-inf`` included (it is selected only to fill the
     budget).
 
-    The ranking is one stable sort of ``(scope, not candidate, −surprisal, flat index)``, and a
-    rank within the scope from the sorted run starts: ``O(BK log BK)``, no loop over rows.
+    No sort (XLA's CPU sort of the ``B·K`` keys took 30–56 ms at B=4096, K=16). Each scope's cut is
+    found by bisection instead — the largest surprisal ``τ`` with at least ``L`` candidates at or
+    above it (over the bits of the floats, one bisection step per bit), then, among the
+    candidates tied at ``τ``, the flat-index bound that admits exactly the missing number (one
+    step per bit of ``B·K``) — each step a masked count per scope. ``O(BK · (w + log BK))``
+    for ``w``-bit floats, no loop over rows, the same selection as a sort.
 
     Args:
       surprisal: ``float[B, K]``, e.g. :func:`credax.turn_surprisal`; values off the candidates
@@ -454,31 +458,71 @@ def select_top_surprisal(
     n = batch * turns
     if n == 0 or budget == 0:
         return jnp.zeros((batch, turns), dtype=bool)
+    # Each scope as rows of a [scopes, entries] view: the batch is one row of B·K entries (a
+    # row count compiles and runs faster on the CPU than a reduction of [B, K] to a scalar), a
+    # trajectory is a row, and prompts gather their rows' counts by a segment sum.
+    shape = (batch, turns)
     if scope == "batch":
-        segment, num_segments = jnp.zeros((batch,), jnp.int32), 1
-    elif scope == "trajectory":
-        segment, num_segments = jnp.arange(batch, dtype=jnp.int32), batch
+        surprisal, candidates = surprisal.reshape(1, n), candidates.reshape(1, n)
+    if scope != "group":
+        count = lambda p: jnp.sum(p, axis=1, dtype=jnp.int32)  # noqa: E731
+        spread = lambda v: v[:, None]  # noqa: E731
     else:
         check_x_and_groups(surprisal, group_ids, "surprisal")
-        segment, num_segments = group_ids.index.astype(jnp.int32), group_ids.num_groups
-    segment = jnp.broadcast_to(segment[:, None], (batch, turns)).reshape(n)
-    cand = candidates.reshape(n)
-    s = surprisal.astype(_checks.compute_dtype(surprisal.dtype)).reshape(n)
-    # Descending surprisal as an ascending key; NaN ranks last among candidates; "+ 0" makes -0.0
-    # and 0.0 one key. Off-candidate values are replaced, so they never matter.
-    # NaN gets its own key before the value, so it ranks after every number, -inf included (a
-    # shared +inf key would have tied NaN with -inf and broken the tie by position).
-    nan = cand & jnp.isnan(s)
-    key = jnp.where(cand & ~nan, -s + 0.0, jnp.zeros_like(s))
-    flat = jnp.arange(n, dtype=jnp.int32)
-    seg_sorted, noncand_sorted, _, _, order = jax.lax.sort(
-        (segment, (~cand).astype(jnp.int32), nan.astype(jnp.int32), key, flat), num_keys=5
-    )
-    # Rank within the scope = sorted position minus the position where the scope's run starts.
-    # (A segment minimum is O(n); lax.cummax over n entries lowers to an O(n²) window on CPU.)
-    first = jax.ops.segment_min(flat, seg_sorted, num_segments, indices_are_sorted=True)
-    keep = (noncand_sorted == 0) & (flat - first[seg_sorted] < budget)
-    return jnp.zeros((n,), bool).at[order].set(keep).reshape(batch, turns)
+        index, num_groups = group_ids.index, group_ids.num_groups
+        count = lambda p: jax.ops.segment_sum(  # noqa: E731
+            jnp.sum(p, axis=1, dtype=jnp.int32), index, num_groups)
+        spread = lambda v: v[index][:, None]  # noqa: E731
+    s = surprisal.astype(_checks.compute_dtype(surprisal.dtype))
+    # Candidates ranked by an unsigned key in the order of their surprisal: NaN is 0, below every
+    # number (-inf included); -0.0 and 0.0 are one key.
+    key = jnp.where(jnp.isnan(s), jnp.zeros((), _ordered_uint(s.dtype)), _ordered_bits(s))
+    # Per scope: L, or all its candidates (a budget beyond B·K is B·K: no int32 overflow).
+    want = jnp.minimum(count(candidates), min(budget, n))
+    width = 8 * s.dtype.itemsize
+
+    def cut_step(_, bounds):  # invariant: count(key >= lo) >= want; the answer lies in [lo, hi]
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2 + (hi - lo) % 2  # the upper middle: lo < mid <= hi unless equal
+        ok = count(candidates & (key >= spread(mid))) >= want
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid - 1)
+
+    top = jnp.full(want.shape, jnp.iinfo(key.dtype).max, key.dtype)
+    cut, _ = jax.lax.fori_loop(0, width, cut_step, (jnp.zeros_like(top), top))
+    above = candidates & (key > spread(cut))
+    tied = candidates & (key == spread(cut))
+    missing = want - count(above)  # the ties to take, lowest flat index first
+    flat = jnp.arange(n, dtype=jnp.int32).reshape(surprisal.shape)
+
+    def tie_step(_, bounds):  # the smallest bound j with count(tied & flat < j) >= missing
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2
+        ok = count(tied & (flat < spread(mid))) >= missing
+        return jnp.where(ok, lo, mid + 1), jnp.where(ok, mid, hi)
+
+    end = jnp.full(want.shape, n, jnp.int32)
+    _, bound = jax.lax.fori_loop(0, n.bit_length(), tie_step, (jnp.zeros_like(end), end))
+    return (above | (tied & (flat < spread(bound)))).reshape(shape)
+
+
+def _ordered_uint(dtype):
+    return jnp.dtype(f"uint{8 * jnp.dtype(dtype).itemsize}")
+
+
+def _ordered_bits(s: jax.Array) -> jax.Array:
+    """Unsigned integers in the order of the (non-NaN) floats ``s``: ``a < b`` iff ``u(a) < u(b)``.
+
+    The IEEE bit pattern with the sign bit set for positives and every bit flipped for negatives
+    (the usual radix-sort key), after -0.0 is made 0.0. Integer operations only: XLA's CPU float
+    comparisons treat denormals as zero and it folds ``s + 0.0`` to ``s``, while these keys keep
+    every float's exact order (as the NumPy reference does). Every number, -inf included, maps
+    above 0, which is free for NaN.
+    """
+    uint = _ordered_uint(s.dtype)
+    bits = jax.lax.bitcast_convert_type(s, uint)
+    sign = uint.type(1 << (8 * uint.itemsize - 1))
+    bits = jnp.where(bits == sign, jnp.zeros_like(bits), bits)  # -0.0 -> 0.0
+    return jnp.where((bits & sign) != 0, ~bits, bits | sign)
 
 
 @jit_grouped(
