@@ -13,9 +13,9 @@ import os
 # Level 0 changes LLVM's code generation only, not the HLO program: fast-math stays off; results
 # can differ in the last bit, e.g. where level 3 fuses a*b+c into one FMA (one rounding fewer).
 # Set here, before any test initialises JAX's backend, so that one file run with pytest, the
-# doctests, and every subprocess a test starts (they inherit os.environ) get it too. A level already in
-# XLA_FLAGS wins: XLA_FLAGS=--xla_backend_optimization_level=3 make test runs the suite with the
-# code users get.
+# doctests, and every subprocess a test starts (they inherit os.environ) get it too. A level
+# already in XLA_FLAGS wins: XLA_FLAGS=--xla_backend_optimization_level=3 make test runs the suite
+# with the code users get.
 if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = " ".join(
         filter(None, [os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))
