@@ -110,14 +110,17 @@ def _fold_to_uint32(key: jax.Array) -> jax.Array:
 
 
 def _representatives(keys: tuple[jax.Array, ...], valid: jax.Array | None = None) -> jax.Array:
-    """For each row, the lowest-numbered-in-its-slot row with the same key tuple: ``int32[N]``.
+    """For each row, the lowest-numbered row with the same key tuple: ``int32[N]``.
 
     Each round hashes the unresolved rows into a table of at least ``2N`` slots and writes the
     smallest row number per slot (scatter-min). A row whose slot winner carries the same key is
     resolved with that winner as representative. All rows of one key hash to the same slot in
     every round and so resolve together, on the same representative; every non-empty slot
     resolves at least its winner's key, so the loop ends (in 2-4 rounds for ordinary batches).
-    Equality is checked on the full keys, so hash collisions never merge groups.
+    Equality is checked on the full keys, so hash collisions never merge groups. The winner is
+    the smallest unresolved row of its slot, and a key's rows are all unresolved until they
+    resolve together, so the representative is always the key's lowest valid row, whatever the
+    hash (HGPO's nested history levels rely on it: ``tests/test_hgpo.py``).
 
     ``valid`` (optional) marks rows that take part; the others are their own representatives, so
     they never join a real group.
