@@ -190,7 +190,7 @@ def _binder(signature: inspect.Signature):
     """``signature.bind(*args, **kwargs)`` followed by ``apply_defaults()``, and the names passed.
 
     The public call binds on every call, and ``Signature.bind`` costs ~50 µs for a signature of
-    twenty parameters (measured, 2-CPU machine). An ordinary call — positional arrays, then known
+    twenty parameters (measured, 2-CPU machine, loaded). An ordinary call — positional arrays, then known
     keywords, nothing given twice, every required argument present — is bound by dict updates
     into a :class:`_Bound` holding what ``BoundArguments`` would; anything else (an unknown
     keyword, a missing or duplicated argument) goes through ``Signature.bind``, so its
