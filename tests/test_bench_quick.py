@@ -65,7 +65,8 @@ def test_every_timed_implementation_was_checked_first(quick_run):
             assert len(result["samples_s"]) == result["reps"]
             assert 0 < result["min_s"] <= result["median_s"] <= result["max_s"]
         for ratio in rec["ratios"].values():
-            assert ratio["median"] > 0 and ratio["min"] <= ratio["median"] <= ratio["max"]
+            assert ratio["median"] > 0
+            assert ratio["min"] <= ratio["q25"] <= ratio["median"] <= ratio["q75"] <= ratio["max"]
 
 
 def test_quick_run_covers_every_entry_point(quick_run):
@@ -230,3 +231,31 @@ def test_torch_peers_match_references():
     got = peers.torch_tcpo_loop(torch.as_tensor(scores.astype(np.float64)),
                                 torch.as_tensor(turn_mask), torch.as_tensor(tids), gamma=0.9)
     np.testing.assert_allclose(got.numpy(), ref, atol=1e-9)
+
+
+def test_targets_carry_the_spread_and_flag_an_unsettled_verdict():
+    # Hand-built GRPO records at the target's size: the raw-ids ratio's median 1.6 misses the goal
+    # 1.5, but 1.5 lies in its middle half [1.4, 1.8] (unsettled); the Groups ratio's 0.9 meets 1.0
+    # with its whole middle half [0.85, 0.95] below the goal (settled).
+    from credax.bench.cases import evaluate_targets
+    from credax.bench.report import targets_markdown
+
+    ratios = {"credax_raw_ids/torch_vectorized": {"median": 1.6, "q25": 1.4, "q75": 1.8},
+              "credax_groups/torch_vectorized": {"median": 0.9, "q25": 0.85, "q75": 0.95}}
+    targets = evaluate_targets([{"case": "grpo", "params": {"B": 65536}, "ratios": ratios}], [])
+    by_ratio = {t.get("ratio"): t for t in targets}
+    raw = by_ratio["credax_raw_ids/torch_vectorized"]
+    assert (raw["measured"], raw["spread"], raw["met"], raw["unsettled"]) == (1.6, [1.4, 1.8],
+                                                                                False, True)
+    grp = by_ratio["credax_groups/torch_vectorized"]
+    assert (grp["met"], grp["unsettled"]) == (True, False)
+    tcpo = by_ratio["torch_turn_loop/credax_contiguous"]  # its case did not run
+    assert (tcpo["measured"], tcpo["spread"], tcpo["met"], tcpo["unsettled"]) == (None, None,
+                                                                                  None, False)
+    run = {"targets": targets, "cases": [], "copy_bandwidth": {"bytes_per_s": 1e9},
+           "meta": {"machine": {"nproc": 2, "cpu_model": "test", "load_average": [0.0]},
+                    "env": {}, "command": "test", "date": "today"}}
+    table = targets_markdown({"A": run})
+    assert "| 1.6× [1.4–1.8] ✗ unsettled |" in table
+    assert "| 0.9× [0.85–0.95] ✓ |" in table
+    assert "| not run |" in table

@@ -709,12 +709,17 @@ def evaluate_targets(cases: list[dict], sweep: list[dict]) -> list[dict]:
 
     def ratio(name, case, params, key, op, threshold):
         rec = _find(cases, case, **params)
-        value = None
+        value = spread = None
         if rec is not None and key in rec["ratios"]:
-            value = rec["ratios"][key]["median"]
+            r = rec["ratios"][key]
+            value, spread = r["median"], [r["q25"], r["q75"]]
         met = None if value is None else (value <= threshold if op == "<=" else value >= threshold)
+        # The threshold inside the middle half of the per-repetition ratios: this run's verdict
+        # is not a stable one (another run on the same host can give the other verdict).
+        unsettled = spread is not None and spread[0] <= threshold <= spread[1]
         targets.append({"target": name, "case": case, "params": params, "ratio": key,
-                        "measured": value, "op": op, "threshold": threshold, "met": met})
+                        "measured": value, "spread": spread, "unsettled": unsettled, "op": op,
+                        "threshold": threshold, "met": met})
 
     t = {"B": 4096, "K": 16}
     ratio("TCPO B=4096 K=16: torch turn loop / credax, contiguous layout (speed-up)", "tcpo", t,

@@ -130,17 +130,16 @@ def render_markdown(data: dict) -> str:
             lines.append(f"- {r['fn']}: {len(ks)} events, {fmt_time(sum(k['us'] for k in ks) * 1e-6)}"
                          f" in all; {top}")
         lines.append("")
-    lines += ["**Targets**", "", "| target | measured | goal | met |", "|---|---|---|---|"]
+    lines += ["**Targets** (a ratio is the median of the per-repetition ratios; in brackets the "
+              "middle half of them, and \"unsettled\" where the goal lies inside it: another run "
+              "can give the other verdict)", "", "| target | measured | goal | met |",
+              "|---|---|---|---|"]
     for t in data["targets"]:
-        v = t["measured"]
-        if isinstance(v, float):
-            shown = f"{v:.3g}" + ("" if t["case"] == "sweep" else "×")
-        elif v is None:
-            shown = "not run"
-        else:
-            shown = str(v)
+        shown = _target_value(t)
         goal = f"{t['op']} {t['threshold']}"
         met = {True: "yes", False: "**no**", None: "—"}[t["met"]]
+        if t.get("unsettled"):
+            met += " (unsettled)"
         lines.append(f"| {t['target']} | {shown} | {goal} | {met} |")
     if data["skipped"]:
         lines += ["", "Skipped: " + "; ".join(f"{s['case']} {s['params']}: {s['reason']}"
@@ -233,6 +232,20 @@ def write(data: dict, out_dir: Path, stem: str) -> dict[str, Path]:
 
 
 
+def _target_value(t: dict) -> str:
+    """A target's measured value as the tables show it: ``1.91× [1.62–2.20]`` for a ratio with
+    its per-repetition spread (runs written before the spread was recorded have none)."""
+    v = t["measured"]
+    if isinstance(v, float):
+        shown = f"{v:.3g}" + ("" if t["case"] == "sweep" else "×")
+        if t.get("spread"):
+            shown += f" [{t['spread'][0]:.3g}–{t['spread'][1]:.3g}]"
+        return shown
+    if v is None:
+        return "not run"
+    return str(v) or "none"
+
+
 def targets_markdown(runs: dict[str, dict]) -> str:
     """The targets of several runs side by side (e.g. with and without huge pages), with the
     roofline fractions of TCPO and of the broadcast and each run's command and machine state."""
@@ -243,16 +256,14 @@ def targets_markdown(runs: dict[str, dict]) -> str:
     for i, t in enumerate(first["targets"]):
         cells = []
         for label in labels:
-            v = runs[label]["targets"][i]["measured"]
-            met = runs[label]["targets"][i]["met"]
-            if isinstance(v, float):
-                shown = f"{v:.3g}" + ("" if t["case"] == "sweep" else "×")
-            elif v is None:
-                shown = "not run"
-            else:
-                shown = str(v) or "none"
-            cells.append(shown + ("" if met is None else (" ✓" if met else " ✗")))
+            run = runs[label]["targets"][i]
+            met = run["met"]
+            cells.append(_target_value(run) + ("" if met is None else (" ✓" if met else " ✗"))
+                         + (" unsettled" if run.get("unsettled") else ""))
         lines.append(f"| {t['target']} | {t['op']} {t['threshold']} | " + " | ".join(cells) + " |")
+    lines += ["", "A ratio is the median of the run's per-repetition ratios; in brackets the middle "
+              "half of them (25th–75th percentile), and \"unsettled\" where the goal lies inside "
+              "that range: another run on the same host can give the other verdict."]
     lines += ["", "| roofline (bytes of inputs + outputs / time / device copy) | "
               + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
     rows = [("tcpo", {"B": 4096, "K": 16}, n) for n in
