@@ -255,7 +255,13 @@ def test_targets_carry_the_spread_and_flag_an_unsettled_verdict():
     run = {"targets": targets, "cases": [], "copy_bandwidth": {"bytes_per_s": 1e9},
            "meta": {"machine": {"nproc": 2, "cpu_model": "test", "load_average": [0.0]},
                     "env": {}, "command": "test", "date": "today"}}
-    table = targets_markdown({"A": run})
-    assert "| 1.6× [1.4–1.8] ✗ unsettled |" in table
-    assert "| 0.9× [0.85–0.95] ✓ |" in table
-    assert "| not run |" in table
+    table = targets_markdown({"A": run, "B": {**run, "meta": {**run["meta"], "machine": {
+        "nproc": 2, "cpu_model": "test", "load_average": [2.5, 1.0, 1.0]}}}})
+    assert "| 1.6× [1.4–1.8] ✗ unsettled | 1.6× [1.4–1.8] ✗ unsettled |" in table
+    # the machine state comes from each run's own load average, not a fixed word
+    assert "- A: `test` at today, no glibc tunables; 2 CPUs (test), load average 0.0 at start " \
+        "(quiet at start: load average below 1)" in table
+    assert ("load average 2.5, 1.0, 1.0 at start (load average 2.5 at start: a job was running or "
+            "had just ended)") in table
+    assert "| 0.9× [0.85–0.95] ✓ | 0.9× [0.85–0.95] ✓ |" in table
+    assert "| not run | not run |" in table

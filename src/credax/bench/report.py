@@ -232,6 +232,29 @@ def write(data: dict, out_dir: Path, stem: str) -> dict[str, Path]:
 
 
 
+def load_label(load_average: list[float] | None) -> str:
+    """What the 1-minute load average at the start of a run says about the machine.
+
+    Below 1, nothing else was using a CPU when the run began. At 1 or more a job was running then
+    or had ended within the last minute or two (the average decays over about a minute, so a run
+    started right after another one reads about 1 on a quiet 2-CPU machine). It says nothing
+    about jobs that start later, hence "at start".
+
+    Example:
+      >>> load_label([0.3, 0.5, 0.9])
+      'quiet at start: load average below 1'
+      >>> load_label([2.4, 1.0, 0.5])
+      'load average 2.4 at start: a job was running or had just ended'
+      >>> load_label(None)
+      'load average unknown'
+    """
+    if not load_average:
+        return "load average unknown"
+    if load_average[0] < 1.0:
+        return "quiet at start: load average below 1"
+    return f"load average {load_average[0]:.1f} at start: a job was running or had just ended"
+
+
 def _target_value(t: dict) -> str:
     """A target's measured value as the tables show it: ``1.91× [1.62–2.20]`` for a ratio with
     its per-repetition spread (runs written before the spread was recorded have none)."""
@@ -289,6 +312,7 @@ def targets_markdown(runs: dict[str, dict]) -> str:
         lines.append(f"- {label}: `{d['meta']['command']}` at {d['meta']['date']}"
                      f"{', GLIBC_TUNABLES=' + tunables if tunables else ', no glibc tunables'}; "
                      f"{m['nproc']} CPUs ({m['cpu_model']}), load average "
-                     f"{', '.join(f'{x:.1f}' for x in m['load_average'] or [])} at start (loaded: "
-                     f"other jobs shared the CPUs); device copy {cb['bytes_per_s'] / 1e9:.2f} GB/s.")
+                     f"{', '.join(f'{x:.1f}' for x in m['load_average'] or [])} at start "
+                     f"({load_label(m['load_average'])}); device copy {cb['bytes_per_s'] / 1e9:.2f} "
+                     "GB/s.")
     return "\n".join(lines) + "\n"
