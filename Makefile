@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP  := $(VENV)/.installed-test
 VERL_PIN    := verl==0.9.1
 
-.PHONY: test demo bench bench-nohuge bench-gpu lint clean docs docs-serve notebooks
+.PHONY: test demo bench bench-nohuge bench-gpu bench-gpu-host lint clean docs docs-serve notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ $(GPU_STAMP): pyproject.toml $(BENCH_STAMP)
 
 bench-gpu: $(GPU_STAMP)
 	timeout 600 $(PY) -m credax.bench --preset gpu --require gpu --out benchmarks/results $(BENCH_ARGS)
+
+# The same run on a GPU host that cannot install anything (no package index; its own python3
+# already holds JAX with CUDA): credax from src/, no venv, the host's versions in host.txt.
+bench-gpu-host:
+	bash benchmarks/gpu_host.sh benchmarks/results $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples notebooks/build.py notebooks/src docs/hooks

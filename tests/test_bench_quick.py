@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import pathlib
 import subprocess
 import sys
 
@@ -133,6 +135,29 @@ def test_bench_cli_rejects_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "credax.bench", "--platform", "cpu", "--require",
                            "gpu"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--require gpu" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_gpu_host_script_records_the_host_and_runs_the_benchmark_from_src(tmp_path):
+    # benchmarks/gpu_host.sh is `make bench-gpu` for a GPU host that cannot install anything.
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HOST_PY": sys.executable}
+    refused = tmp_path / "refused"
+    proc = subprocess.run(["bash", "benchmarks/gpu_host.sh", str(refused)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    # no GPU here: it records the host, then stops before timing anything
+    assert proc.returncode == 2 and "--require gpu" in proc.stdout, proc.stdout + proc.stderr
+    host = (refused / "host.txt").read_text()
+    assert f"from {root / 'src' / 'credax'}" in host and "\njax 0." in host, host
+    assert not (refused / "speed-gpu.json").exists()
+    # the same script end to end on the CPU at toy sizes (PRESET / REQUIRE exist for this check)
+    out = tmp_path / "ran"
+    proc = subprocess.run(["bash", "benchmarks/gpu_host.sh", str(out), "--only", "grpo",
+                           "--no-torch"], cwd=root, env={**env, "PRESET": "quick", "REQUIRE": "cpu"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    data = json.loads((out / "speed-cpu.json").read_text())
+    assert data["failures"] == [] and [r["case"] for r in data["cases"]] == ["grpo"] * 2
+    assert (out / "bench.log").read_text().startswith("credax speed benchmark")
 
 
 def test_runner_does_not_time_a_wrong_implementation():

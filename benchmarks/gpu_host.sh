@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The accelerator benchmark on a GPU host that cannot install anything (no package index, e.g. a
+# lent machine whose image already holds JAX with CUDA): `make bench-gpu` without the venv.
+#
+#   bash benchmarks/gpu_host.sh OUT_DIR            # from the repository root
+#
+# The Python already on the host (HOST_PY, default python3) must import jax (with its CUDA
+# plugin), numpy and jaxtyping; torch with CUDA adds the torch peers and matplotlib the plot, each
+# skipped (and said so in the report) when absent. credax is imported from src/: nothing is
+# installed. OUT_DIR receives host.txt (GPU, driver, versions), speed-gpu.{json,md,png} and
+# bench.log. The benchmark stops after BENCH_TIMEOUT seconds (default 540); on a host whose JAX
+# sees no GPU it exits 2 before timing anything (`--require gpu`). Arguments after OUT_DIR go to
+# `python -m credax.bench`; PRESET and REQUIRE (default gpu, gpu) exist for the suite's CPU check.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:?usage: bash benchmarks/gpu_host.sh OUT_DIR}"
+py="${HOST_PY:-python3}"
+mkdir -p "$out"
+
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  command -v nvidia-smi >/dev/null \
+    && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
+    || echo "nvidia-smi: not found"
+  PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" "$py" - <<'EOF'
+import importlib.metadata as md, platform
+import credax
+print("python", platform.python_version())
+print("credax", credax.__version__, "from", credax.__file__)
+for name in ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda13-plugin", "numpy", "jaxtyping",
+             "torch", "matplotlib"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "not installed")
+EOF
+} > "$out/host.txt" 2>&1
+cat "$out/host.txt"
+
+PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+  timeout "${BENCH_TIMEOUT:-540}" "$py" -m credax.bench --preset "${PRESET:-gpu}" --require "${REQUIRE:-gpu}" \
+  --out "$out" "${@:2}" 2>&1 | tee "$out/bench.log"
+exit "${PIPESTATUS[0]}"
