@@ -257,6 +257,16 @@ def test_torch_peers_match_references():
                                 torch.as_tensor(turn_mask), torch.as_tensor(tids), gamma=0.9)
     np.testing.assert_allclose(got.numpy(), ref, atol=1e-9)
 
+    # the vectorised peer: the hand-worked case (one block of 2), then the random rows sorted
+    # into blocks of 8 (the trainer layout)
+    got = peers.torch_tcpo_reshape(torch.as_tensor(TCPO_S), torch.ones(2, 2, dtype=torch.bool), 2,
+                                   gamma=0.5, eps=1e-6)
+    np.testing.assert_allclose(got.numpy(), TCPO_EXPECTED, rtol=1e-12)
+    order = np.argsort(tids, kind="stable")
+    got = peers.torch_tcpo_reshape(torch.as_tensor(scores[order].astype(np.float64)),
+                                   torch.as_tensor(turn_mask[order]), 8, gamma=0.9)
+    np.testing.assert_allclose(got.numpy(), ref[order], atol=1e-9)
+
 
 def test_targets_carry_the_spread_and_flag_an_unsettled_verdict():
     # Hand-built GRPO records at the target's size: the raw-ids ratio's median 1.6 misses the goal

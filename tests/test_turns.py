@@ -199,14 +199,14 @@ def test_match_reference_larger_and_public_wrappers():
         assert_close(credax.discount_weights(7, gamma), ref.discount_weights(7, gamma))
 
 
-@pytest.mark.parametrize("k", [1, 2, 7, 32, 33])
+@pytest.mark.parametrize("k", [1, 2, 7, 16, 17, 32, 33])
 def test_turn_maxima_in_one_pass(k):
     # TCPO takes the best prior and the future best from one reduction (masked_turn_maxima) up to
-    # 32 turns, from the two running maxima beyond. Values: the NumPy loops of the reference, at
-    # valid turns, exactly (a maximum is exact). Gradients, with distinct scores (no ties): each
-    # output's derivative is 1 at its window's argmax, so d sum(w * m) / ds[b, t] is the sum of the
-    # weights of the turns whose best prior is s[b, t] (0 where `initial` wins), computed here by
-    # a loop over windows.
+    # 16 turns, from the two running maxima (doubling passes) beyond. Values: the NumPy loops of
+    # the reference, at valid turns, exactly (a maximum is exact). Gradients, with distinct scores
+    # (no ties): each output's derivative is 1 at its window's argmax, so d sum(w * m) / ds[b, t]
+    # is the sum of the weights of the turns whose best prior is s[b, t] (0 where `initial` wins),
+    # computed here by a loop over windows.
     from credax._turns import masked_turn_maxima
 
     rng = np.random.default_rng(k)

@@ -346,11 +346,20 @@ def case_tcpo(env: Env, runner: Runner, batch: int, num_turns: int) -> None:
             env.torch_run(peers.torch_tcpo_loop, s_t, m_t, ids_t, gamma=TCPO_GAMMA, eps=EPS),
             "torch per-turn loop, cummax + scatter_add (TCPO reimplementations)", as_numpy,
             inputs))
+        # The strongest torch form: no turn loop, the trainer layout as view(-1, G, K).
+        impls.append(Impl(
+            "torch_reshape_sorted",
+            env.torch_run(peers.torch_tcpo_reshape, env.t(scores[order]), env.t(turn_mask[order]),
+                          g_size, gamma=TCPO_GAMMA, eps=EPS),
+            "torch view(-1, G, K) on pre-sorted input, no turn loop", lambda o: as_numpy(o)[unsort],
+            s_j.nbytes + m_j.nbytes))
     else:
         notes.append(env.torch_note)
     ratios = [("torch_turn_loop", "credax_raw_ids"), ("torch_turn_loop", "credax_groups"),
               ("torch_turn_loop", "credax_contiguous"), ("torch_turn_loop", "credax_contiguous_step"),
-              ("torch_turn_loop", "credax_raw_ids_step"), ("credax_contiguous", "output_floor")]
+              ("torch_turn_loop", "credax_raw_ids_step"), ("credax_contiguous", "output_floor"),
+              ("torch_reshape_sorted", "credax_contiguous"),
+              ("torch_reshape_sorted", "credax_contiguous_step")]
     runner.run_case("tcpo", params, batch * num_turns, "B·K", reference, impls, ratios,
                     notes=notes)
 

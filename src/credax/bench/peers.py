@@ -17,6 +17,9 @@ peer                             style of
                                  future best, then a Python loop over turn indices with
                                  ``scatter_add_`` per turn for the hindsight baseline and the
                                  per-(prompt, turn) z-score
+``torch_tcpo_reshape``           the same fully vectorised over TRL's layout: ``view(-1, G, K)``
+                                 over contiguous, equal-sized groups (input pre-sorted), each
+                                 per-(prompt, turn) statistic a reduction over the ``G`` axis
 ``torch_triage_gather``          role credit by table lookup, ``torch.gather`` to tokens
 ``numpy_triage_take``            the same with ``np.take_along_axis``
 ``copy_floor``                   not a peer but the floor: ``src.copy()`` of a float32 ``[B, T]``
@@ -291,6 +294,29 @@ def torch_grpo_reshape(scores, group_size: int, eps: float = 1e-6):
         return (scores - mean) / (std + eps)
 
 
+def _torch_tcpo_turn_terms(scores, turn_mask, *, success_threshold, progress_weight,
+                           preservation_weight, regression_weight, initial):
+    """The per-row part both torch TCPO peers share: ``cummax`` for the best prior and the future
+    best, then the retrospective credit and the hindsight eligibility, all ``[B, K]``."""
+    neg_inf = torch.tensor(-math.inf, dtype=scores.dtype, device=scores.device)
+    masked = torch.where(turn_mask, scores, neg_inf)
+    running = torch.cummax(masked, dim=1).values
+    before = torch.cat([torch.full_like(running[:, :1], -math.inf), running[:, :-1]], dim=1)
+    best_prior = before.clamp_min(initial)
+    future_best = torch.cummax(masked.flip(1), dim=1).values.flip(1)
+    delta = (scores - best_prior).clamp_min(0.0)
+    success = best_prior >= success_threshold
+    preserved = success & (delta == 0) & (scores >= best_prior)
+    regression = torch.where(success, (best_prior - scores).clamp_min(0.0), 0.0)
+    retro = (
+        progress_weight * delta
+        + preservation_weight * preserved.to(scores.dtype)
+        - regression_weight * regression
+    )
+    eligible = turn_mask & ~success & (delta == 0)
+    return retro, eligible, future_best
+
+
 def torch_tcpo_loop(
     scores,
     turn_mask,
@@ -312,23 +338,11 @@ def torch_tcpo_loop(
     inside the square root, fewer than two entries keep raw credit) by ``scatter_add_``.
     """
     with torch.no_grad():
-        batch, num_turns = scores.shape
-        neg_inf = torch.tensor(-math.inf, dtype=scores.dtype, device=scores.device)
-        masked = torch.where(turn_mask, scores, neg_inf)
-        running = torch.cummax(masked, dim=1).values
-        before = torch.cat([torch.full_like(running[:, :1], -math.inf), running[:, :-1]], dim=1)
-        best_prior = before.clamp_min(initial)
-        future_best = torch.cummax(masked.flip(1), dim=1).values.flip(1)
-        delta = (scores - best_prior).clamp_min(0.0)
-        success = best_prior >= success_threshold
-        preserved = success & (delta == 0) & (scores >= best_prior)
-        regression = torch.where(success, (best_prior - scores).clamp_min(0.0), 0.0)
-        retro = (
-            progress_weight * delta
-            + preservation_weight * preserved.to(scores.dtype)
-            - regression_weight * regression
-        )
-        eligible = turn_mask & ~success & (delta == 0)
+        num_turns = scores.shape[1]
+        retro, eligible, future_best = _torch_tcpo_turn_terms(
+            scores, turn_mask, success_threshold=success_threshold,
+            progress_weight=progress_weight, preservation_weight=preservation_weight,
+            regression_weight=regression_weight, initial=initial)
         _, inv = torch.unique(uids, return_inverse=True)
         num = int(inv.max().item()) + 1
         out = torch.zeros_like(scores)
@@ -350,6 +364,48 @@ def torch_tcpo_loop(
             z = torch.where(n[inv] < 2, credit, z)
             out[:, k] = torch.where(turn_mask[:, k], z * gamma**k, 0.0)
         return out
+
+
+def torch_tcpo_reshape(
+    scores,
+    turn_mask,
+    group_size: int,
+    *,
+    success_threshold: float = 1.0,
+    progress_weight: float = 1.0,
+    preservation_weight: float = 0.1,
+    regression_weight: float = 1.0,
+    hindsight_weight: float = 1.0,
+    initial: float = 0.0,
+    gamma: float = 1.0,
+    eps: float = 1e-6,
+):
+    """TCPO fully vectorised over the trainer layout: ``view(-1, G, K)`` over contiguous,
+    equal-sized groups (input sorted by prompt, as TRL's GRPO), no loop over turns.
+
+    The same quantities as :func:`torch_tcpo_loop`, each per-(prompt, turn) statistic a reduction
+    over the ``G`` axis of ``[B / G, G, K]``: the best a torch user gets from the layout promise.
+    """
+    with torch.no_grad():
+        batch, num_turns = scores.shape
+        retro, eligible, future_best = _torch_tcpo_turn_terms(
+            scores, turn_mask, success_threshold=success_threshold,
+            progress_weight=progress_weight, preservation_weight=preservation_weight,
+            regression_weight=regression_weight, initial=initial)
+        shape = (-1, group_size, num_turns)
+        elig = eligible.view(shape)
+        live = turn_mask.view(shape)
+        fb = torch.where(elig, future_best.view(shape), 0.0)
+        peers = elig.sum(dim=1, keepdim=True).to(scores.dtype) - 1
+        baseline = (fb.sum(dim=1, keepdim=True) - fb) / peers.clamp_min(1)
+        hindsight = torch.where(elig & (peers > 0), fb - baseline, 0.0)
+        credit = torch.where(live, retro.view(shape) + hindsight_weight * hindsight, 0.0)
+        n = live.sum(dim=1, keepdim=True).to(scores.dtype)
+        centred = torch.where(live, credit - credit.sum(dim=1, keepdim=True) / n.clamp_min(1), 0.0)
+        var = (centred * centred).sum(dim=1, keepdim=True)
+        z = torch.where(n < 2, credit, centred / torch.sqrt(var / n.clamp_min(1) + eps))
+        discount = gamma ** torch.arange(num_turns, dtype=scores.dtype, device=scores.device)
+        return torch.where(live, z * discount, 0.0).view(batch, num_turns)
 
 
 def torch_triage_gather(outcome_adv, roles, turn_mask, token_turn, lam: float, constants):
