@@ -509,8 +509,9 @@ def policy_loss(
         (e.g. :func:`token_logprobs`); the only differentiated input.
       old_logp: ``float[B, T]`` log-probs under the behaviour (rollout) policy.
       advantages: ``float[B, T]`` per token, ``float[B]`` per row (broadcast over its tokens), or
-        ``float[B, K]`` per turn together with ``token_turn`` (gathered inside the loss, so no
-        ``[B, T]`` advantage tensor needs to exist). ``float[B]`` also works together with
+        ``float[B, K]`` per turn together with ``token_turn`` (gathered inside the loss: the
+        caller builds no ``[B, T]`` advantage tensor, though under ``jax.grad`` XLA keeps the
+        gathered one for the backward pass). ``float[B]`` also works together with
         ``token_turn``: every token of a turn gets its row's value.
       mask: ``bool[B, T]`` tokens trained on. With ``token_turn``, tokens whose turn is ``-1`` (or
         outside ``[0, K)`` for ``[B, K]`` advantages) are excluded too, whatever ``mask`` says.
