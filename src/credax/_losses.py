@@ -585,14 +585,14 @@ def policy_loss(
     _checks.check_option(rollout_is, "rollout_is", ROLLOUT_IS_LEVELS)
     check_agg(agg, normalizer)
 
-
     # The loss is rematerialised under differentiation (jax.checkpoint): the backward pass
     # recomputes its token-level values instead of XLA keeping them from the forward pass. With
     # [B, K] advantages and token_turn, XLA otherwise stores the gathered [B, T] advantages for the
-    # backward pass (value_and_grad at 8M tokens, one CPU process: 73-74 against 57.5 ms, 88
+    # backward pass (value_and_grad at 8M tokens, one CPU process: 73-74 against 58-63 ms, 88
     # against 48 MiB of XLA temporaries); with [B, T] advantages it also helps a little (49-58
     # against 47-54 ms, 48 against 40 MiB). The forward pass alone is unchanged, and so are the
     # values and gradients (bit-identical in that measurement: the same operations, recomputed).
+    # tests/test_memory.py holds the temporaries; docs/speed-log.md has the measurement.
     hyper = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, normalizer=normalizer,
                  ref_logp=ref_logp, kl_coef=kl_coef, token_turn=token_turn,
                  rollout_logp=rollout_logp, rollout_is_threshold=rollout_is_threshold,
