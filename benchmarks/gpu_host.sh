@@ -25,15 +25,16 @@ mkdir -p "$out"
     || echo "nvidia-smi: not found"
   PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" "$py" - <<'EOF'
 import importlib.metadata as md, platform
-import credax
 print("python", platform.python_version())
-print("credax", credax.__version__, "from", credax.__file__)
 for name in ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda13-plugin", "numpy", "jaxtyping",
              "torch", "matplotlib"):
     try:
         print(name, md.version(name))
     except md.PackageNotFoundError:
         print(name, "not installed")
+import credax  # last: if it fails on this host's jax, the versions above are already written
+
+print("credax", credax.__version__, "from", credax.__file__)
 EOF
 } > "$out/host.txt" 2>&1
 cat "$out/host.txt"
