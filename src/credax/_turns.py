@@ -34,11 +34,10 @@ def prepare_turns(scores, turn_mask, name: str = "scores"):
 
 # Up to this many turns TCPO's two running maxima are one reduction over a [B, K, K] broadcast
 # (masked_turn_maxima); beyond, doubling passes. Measured on the CPU (the TCPO step with the layout
-# promise, both paths in one process, results identical): up to K = 16 the reduction is faster
-# (the maxima alone at B = 4096, K = 16: 336 against 491 µs), from K = 17 slower, and at K = 28
-# and 32 (B = 4096) the step took 8.8-9.4 ms against 2.0-2.7 ms:
-# past 16 turns the reduction's time grows far faster than its K² compares (why, inside XLA's
-# CPU code generation, was not pinned down).
+# promise, both paths in one process, results identical, B = 4096): up to K = 16 the reduction
+# is faster (the maxima alone at K = 16: 336 against 491 µs), from K = 17 slower, and at K = 28
+# and 32 the step took 8.8-9.4 ms against 2.0-2.7 ms. Past 16 turns the reduction's time grows
+# far faster than its K² compares (why, inside XLA's CPU code generation, was not pinned down).
 _ONE_PASS_TURNS = 16
 
 
