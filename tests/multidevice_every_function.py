@@ -66,6 +66,7 @@ def calls(a):
         "judge_windows": lambda: credax.judge_windows(g["tm"], before=2, after=1),
         "mt_grpo": lambda: credax.mt_grpo_advantages(g["s"], g["r"], g["tm"], g["ids"]),
         "gigpo": lambda: credax.gigpo_advantages(g["r"], g["s"], g["anchors"], g["tm"], g["ids"]),
+        "unbiased_turn": lambda: credax.unbiased_turn_advantages(g["s"], g["tm"], g["ids"], gamma=0.9),
         "hgpo": lambda: credax.hgpo_advantages(g["r"], g["s"], g["anchors"], g["tm"], g["ids"]),
         "token_logprobs": lambda: credax.token_logprobs(g["logits"], g["tok"], mask=g["tokm"]),
         "from_hidden": lambda: credax.token_logprobs_from_hidden(g["hid"], W, g["tok"], chunk_size=5),

@@ -46,6 +46,10 @@ def _mt_grpo(fn):
     return lambda b: fn(b.scores, b.rewards, b.turn_mask, b.group_ids)
 
 
+def _turn_baseline(fn):  # scores as per-turn rewards
+    return lambda b: fn(b.scores, b.turn_mask, b.group_ids)
+
+
 def _gigpo(fn):  # roles double as small categorical anchor ids: many shared anchor states
     return lambda b: fn(b.rewards, b.scores, b.roles, b.turn_mask, b.group_ids)
 
@@ -114,6 +118,7 @@ SPECS = [
     ("triage_advantages", _triage, COMMON),
     ("mt_grpo_advantages", _mt_grpo, COMMON),
     ("gigpo_advantages", _gigpo, COMMON),
+    ("unbiased_turn_advantages", _turn_baseline, CENTRED),
     ("hgpo_advantages", _hgpo, COMMON),
     ("group_mean", _per_turn_groups, COMMON),
     ("peer_mean", _peer_mean, COMMON),

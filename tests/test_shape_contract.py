@@ -101,6 +101,7 @@ CALLS: dict[str, tuple[tuple, dict]] = {
     "turn_gae_advantages": ((S, VALS, TT, TM), {}),
     "turn_surprisal": ((LP, TT), {"num_turns": K}),
     "turn_values": ((VALS, TT), {"num_turns": K}),
+    "unbiased_turn_advantages": ((S, TM, IDS), {"gamma": 0.9}),
     "value_loss": ((VALS, VALS * 0.9, LP, TOKM), {}),
     "vapo_lambda": ((TOKM,), {}),
 }

@@ -10,6 +10,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
 * ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
 * ``_stepwise`` MT-GRPO and GiGPO baselines
+* ``_turn_baseline`` the turn baseline unbiased under variable turn counts (verl #7244)
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
 * ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
@@ -101,6 +102,7 @@ from ._triage import role_credit as role_credit
 from ._triage import scalar_process_advantages as scalar_process_advantages
 from ._triage import triage_advantages as triage_advantages
 from ._triage import validate_roles as validate_roles
+from ._turn_baseline import unbiased_turn_advantages as unbiased_turn_advantages
 from ._turns import best_prior as best_prior
 from ._turns import broadcast_to_tokens as broadcast_to_tokens
 from ._turns import discount_weights as discount_weights

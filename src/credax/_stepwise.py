@@ -68,11 +68,14 @@ def mt_grpo_advantages(
     fallback (rows without a tool result get the advantage of the summed reward) is not
     reproduced — give such rows their own mask.
 
-    Caveat (verl issue #7244): the per-turn-index peer sets contain only rows that reached turn
-    ``k``. When the policy decides how many turns to take, the baseline a row's turns are compared
-    with depends on its own stopping decision — an action-dependent baseline that biases the
-    gradient (every "take another turn" gets a hidden bonus of ``−E[turn reward]``). It vanishes
-    when every row has the same number of turns.
+    Stopping (verl issue #7244): the per-turn-index peer sets contain only rows that reached turn
+    ``k``; that a row reached ``k`` is its history, so the baseline of turn ``k`` does not depend
+    on the row's own actions from ``k`` on and this function adds no stopping-dependent term (on
+    the two-turn stopping MDP of ``tests/test_turn_baseline.py`` its expected gradient is the
+    policy gradient plus ``λ·`` each turn's reward credited to its own action, exactly). The RFC's
+    bias — a hidden bonus of ``−E[r_k | turn k reached]`` on every "take another turn" — appears
+    when per-index-normalised turn rewards are *summed over the remaining turns*; for a return
+    credited per turn without it, use :func:`credax.unbiased_turn_advantages`.
 
     Args:
       turn_rewards: ``float[B, K]`` reward of each turn; padded turns may hold anything.
