@@ -52,6 +52,7 @@ ESTIMATORS = {
 # Issue 30's estimators (documented in docs/guides/stepwise.md and estimators.md), by hand.
 ISSUE_30 = {
     "unbiased_turn_advantages",  # the turn baseline of verl RFC #7244
+    "reinforce_pp_advantages", "reinforce_pp_baseline_advantages", "gpg_advantages",  # verl's
 }
 
 

@@ -140,7 +140,9 @@ SPECS = [
 # vapo_lambda, discount_weights), windows/labels (judge_windows, parse_roles, the validators), a
 # ranking whose ties break by row index (select_top_surprisal: not permutation-equivariant on ties),
 # alternatives [B, K, M] (counterfactual_credit), turn_surprisal (token log-probs in, tested in
-# test_turns.py), and group_count (integer counts, no float input).
+# test_turns.py), group_count (integer counts, no float input), and the batch-statistic estimators
+# reinforce_pp_advantages, reinforce_pp_baseline_advantages ([B, T], whitened over the batch's tokens)
+# and gpg_advantages (α counts the batch's nonzero rewards): not group-isolated by design.
 
 CASES = [
     pytest.param(name, adapter, check, id=f"{name}-{check}")

@@ -11,6 +11,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
 * ``_stepwise`` MT-GRPO and GiGPO baselines
 * ``_turn_baseline`` the turn baseline unbiased under variable turn counts (verl #7244)
+* ``_reinforce`` REINFORCE++, REINFORCE++-baseline and GPG (verl's batch-whitened estimators)
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
 * ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
@@ -67,6 +68,9 @@ from ._outcome import rloo_advantages as rloo_advantages
 from ._readers import RolloutFormatError as RolloutFormatError
 from ._readers import read_rollouts as read_rollouts
 from ._readers import write_rollouts as write_rollouts
+from ._reinforce import gpg_advantages as gpg_advantages
+from ._reinforce import reinforce_pp_advantages as reinforce_pp_advantages
+from ._reinforce import reinforce_pp_baseline_advantages as reinforce_pp_baseline_advantages
 from ._rollouts import Buckets as Buckets
 from ._rollouts import PaddedRollouts as PaddedRollouts
 from ._rollouts import Rollout as Rollout

@@ -1,0 +1,228 @@
+"""REINFORCE++, REINFORCE++-baseline and GPG: verl's critic-free estimators with batch statistics.
+
+Unlike GRPO's per-prompt z-score, the two REINFORCE++ estimators whiten over every valid *token* of
+the batch (a long response weighs in proportion to its length), and GPG rescales by the fraction of
+the batch with a nonzero reward. Each is written from verl 0.9.1's ``core_algos.py``
+(``compute_reinforce_plus_plus_outcome_advantage``,
+``compute_reinforce_plus_plus_baseline_outcome_advantage``, ``compute_gpg_outcome_advantage``) and
+checked against it in ``tests/test_reinforce.py``. Every statistic goes through the grouping
+primitive (the whole batch of tokens is one group).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+from ._api import FINITE, POSITIVE, UNIT, check_values, jit_public
+from ._groups import (
+    Groups,
+    Normalization,
+    as_normalization,
+    jit_grouped,
+    normalize_with_groups,
+    prepare,
+)
+
+# verl_F.masked_whiten: (x - mean) * rsqrt(var + 1e-8), the variance unbiased over the tokens.
+WHITEN = Normalization(ddof=1, eps=1e-8, eps_mode="sqrt")
+# verl's per-prompt mean of REINFORCE++-baseline and GPG: self-inclusive, a prompt of one keeps its
+# score (mean 0), no std division.
+_MEAN_OR_ZERO = Normalization(scale="none", eps=0.0, singleton="raw")
+
+
+def _default_whiten(arguments, passed) -> None:
+    given = arguments.get("normalization")
+    arguments["normalization"] = WHITEN if given is None else as_normalization(given)
+
+
+def _whiten_tokens(x: jax.Array, mask: jax.Array, opts: Normalization) -> jax.Array:
+    """``x[B, T]`` normalised over all its valid tokens as one set (verl's ``masked_whiten``)."""
+    n = x.size
+    if n == 0:
+        return x
+    batch = Groups(jnp.zeros((n,), jnp.int32), 1, n)  # one contiguous group: a reduction
+    return normalize_with_groups(x.reshape(n), batch, mask.reshape(n), opts).reshape(x.shape)
+
+
+def _token_returns(r: jax.Array, mask: jax.Array, gamma: jax.Array) -> jax.Array:
+    """``G_t = r_t + γ G_{t'}`` with ``t'`` the next *valid* token: masked tokens (tool
+    observations) carry the running return through undiscounted and get ``0`` (verl#6376)."""
+    r = jnp.where(mask, r, jnp.zeros_like(r))
+
+    def step(carry, col):
+        r_t, m_t = col
+        new = r_t + gamma * carry
+        return jnp.where(m_t, new, carry), jnp.where(m_t, new, jnp.zeros_like(new))
+
+    _, g = jax.lax.scan(step, jnp.zeros_like(r[:, 0]), (r.T, mask.T), reverse=True)
+    return g.T
+
+
+def _token_inputs(x, response_mask, name):
+    x = _checks.as_float_array(x, name)
+    _checks.check_ndim(x, name, 2, "[B, T]")
+    mask = _checks.as_mask(response_mask, "response_mask", x.shape)
+    return x.astype(_checks.compute_dtype(x.dtype)), mask, _checks.output_dtype(x.dtype)
+
+
+@jit_public(check=check_values(gamma=UNIT), prepare=_default_whiten, replicate=True)
+def reinforce_pp_advantages(
+    token_rewards: Float[Array, "B T"],
+    response_mask: Bool[Array, "B T"],
+    *,
+    gamma: float | Float[Array, ""] = 1.0,
+    normalization: Normalization | None = None,
+) -> Float[Array, "B T"]:
+    """REINFORCE++ (verl ``reinforce_plus_plus``): token returns, whitened over the batch's tokens.
+
+    ::
+
+        G_{i,t} = r_{i,t} + γ G_{i,t'}      t' the next valid token of row i (0 after the last)
+        A_{i,t} = (G_{i,t} - μ) / sqrt(σ² + 1e-8)    μ, σ² (unbiased) over every valid token
+
+    Masked tokens inside a response (tool observations) are skipped: the running return passes
+    through them undiscounted, as in verl 0.9.1 (verl-project/verl#6376). The whitening is
+    :func:`credax.group_normalize` over one set, every valid token of the batch, with
+    ``normalization`` (default ``Normalization(ddof=1, eps=1e-8, eps_mode="sqrt")``, verl's
+    ``masked_whiten``); ``scale="none"`` only centres. Where verl differs: a batch of one valid
+    token (verl raises) gives ``0``, and a batch whose returns are all equal gives exactly ``0``
+    (verl: ``(x - μ)·10⁴``, a float residue of ``x - μ`` times ``10⁴``).
+
+    Args:
+      token_rewards: ``float[B, T]`` per-token rewards (the outcome on the last response token,
+        REINFORCE++'s per-token KL penalty folded in if you use it). Masked values never matter.
+      response_mask: ``bool[B, T]`` tokens the policy generated.
+      gamma: discount in ``[0, 1]``; may be traced. verl's ``algorithm.gamma`` (default 1).
+      normalization: the whitening, a :class:`credax.Normalization` over the batch's tokens.
+
+    Returns:
+      ``float[B, T]``; ``0`` at masked tokens.
+
+    Raises:
+      TypeError: non-numeric rewards, non-boolean mask. ValueError: shapes, ``gamma``.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> r = jnp.array([[0.0, 1.0], [0.0, 0.0]])
+      >>> # G = [1, 1], [0, 0]: μ = .5, σ² = 1/3 -> ±.5 / .57735 = ±.866
+      >>> a = credax.reinforce_pp_advantages(r, jnp.ones((2, 2), bool))
+      >>> [[round(float(v), 4) for v in row] for row in a]
+      [[0.866, 0.866], [-0.866, -0.866]]
+
+    References:
+      Hu 2025, REINFORCE++ (arXiv 2501.03262); verl 0.9.1
+      ``compute_reinforce_plus_plus_outcome_advantage``.
+    """
+    r, mask, out_dtype = _token_inputs(token_rewards, response_mask, "token_rewards")
+    g = _token_returns(r, mask, _checks.scalar(gamma, r.dtype, "gamma"))
+    return _whiten_tokens(g, mask, normalization).astype(out_dtype)
+
+
+@jit_grouped(prepare=_default_whiten)
+def reinforce_pp_baseline_advantages(
+    rewards: Float[Array, " B"],
+    group_ids: Int[Array, " B"] | Groups,
+    response_mask: Bool[Array, "B T"],
+    *,
+    normalization: Normalization | None = None,
+) -> Float[Array, "B T"]:
+    """REINFORCE++-baseline (verl ``reinforce_plus_plus_baseline``): prompt mean, token whitening.
+
+    ::
+
+        c_i     = r_i - mean_{j in prompt(i)} r_j        (c_i = r_i for a prompt of one)
+        A_{i,t} = (c_i - μ) / sqrt(σ² + 1e-8)            μ, σ² (unbiased) over every valid token
+
+    i.e. ``c_i`` broadcast to row ``i``'s response tokens and whitened over all valid tokens of the
+    batch, so a row weighs in ``μ`` and ``σ`` in proportion to its length. ``normalization`` is
+    the whitening (default verl's ``masked_whiten``, as :func:`reinforce_pp_advantages`); the
+    per-prompt mean is fixed (self-inclusive, no std). A row with no valid token takes part in
+    the prompt mean (verl counts every row) and gets ``0``. Degenerate batches as
+    :func:`reinforce_pp_advantages` (exact ``0`` where verl raises or keeps a residue).
+
+    Args:
+      rewards: ``float[B]`` one outcome reward per response (verl sums the token rewards).
+      group_ids: ``int[B]`` prompt of each row (any integers), or a ``Groups``.
+      response_mask: ``bool[B, T]`` response tokens.
+      normalization: the token whitening, a :class:`credax.Normalization`.
+
+    Returns:
+      ``float[B, T]``; ``0`` at masked tokens.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> mask = jnp.array([[True, True], [True, False], [True, True]])
+      >>> a = credax.reinforce_pp_baseline_advantages(jnp.array([1.0, 0.0, 2.0]),
+      ...                                             jnp.array([0, 0, 5]), mask)
+      >>> # c = .5, -.5, 2 (prompt 5 alone); tokens (.5, .5, -.5, 2, 2): μ = .9, σ² = 1.175
+      >>> [[round(float(v), 4) for v in row] for row in a]
+      [[-0.369, -0.369], [-1.2915, 0.0], [1.0148, 1.0148]]
+
+    References:
+      Hu 2025, REINFORCE++ (arXiv 2501.03262); verl 0.9.1
+      ``compute_reinforce_plus_plus_baseline_outcome_advantage``.
+    """
+    _checks.check_ndim(_checks.as_float_array(rewards, "rewards"), "rewards", 1, "[B]")
+    xc, _, out_dtype = prepare(rewards, group_ids, None, "rewards")
+    raw_mask = jnp.asarray(response_mask)
+    _checks.check_ndim(raw_mask, "response_mask", 2, "[B, T]")
+    mask = _checks.as_mask(response_mask, "response_mask", (xc.shape[0], raw_mask.shape[1]))
+    c = normalize_with_groups(xc, group_ids, jnp.ones(xc.shape, bool), _MEAN_OR_ZERO)
+    tokens = jnp.broadcast_to(c[:, None], mask.shape)
+    return _whiten_tokens(tokens, mask, normalization).astype(out_dtype)
+
+
+@jit_grouped(check=check_values(f_norm=POSITIVE, alpha=FINITE))
+def gpg_advantages(
+    rewards: Float[Array, " B"],
+    group_ids: Int[Array, " B"] | Groups,
+    mask: Bool[Array, " B"] | None = None,
+    *,
+    f_norm: float | Float[Array, ""] = 1.0,
+    alpha: float | Float[Array, ""] | None = None,
+) -> Float[Array, " B"]:
+    """GPG (verl ``gpg``): prompt-centred reward, rescaled by the batch's share of nonzero rewards.
+
+    ::
+
+        α   = B / max(#{i : r_i ≠ 0}, 1)                (over the valid rows; all rows in verl)
+        A_i = α · (r_i - mean_{j in prompt(i)} r_j) / f_norm     (mean 0 for a prompt of one)
+
+    No std division (verl computes the std and does not use it). ``α`` compensates for the
+    batch's zero-reward rows, as verl does; pass ``alpha`` to fix it instead (verl's own
+    ``alpha`` argument is overwritten by the count). A constant prompt gives exactly ``0``.
+
+    Args:
+      rewards: ``float[B]`` one reward per response.
+      group_ids: ``int[B]`` prompt of each row, or a ``Groups``.
+      mask: ``bool[B]`` valid rows; the others get ``0`` and enter neither the means nor ``α``.
+      f_norm: positive divisor; may be traced. verl's default 1.
+      alpha: a fixed ``α`` (may be traced); ``None`` (default) counts it as above.
+
+    Returns:
+      ``float[B]`` (constant over each response's tokens: broadcast it as any ``[B]`` advantage).
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> # B = 4, two nonzero rewards: α = 2; prompt means .5 and .25
+      >>> credax.gpg_advantages(jnp.array([1.0, 0.0, 0.5, 0.0]), jnp.array([0, 0, 1, 1]))
+      Array([ 1. , -1. ,  0.5, -0.5], dtype=float32)
+
+    References:
+      Chu et al. 2025, GPG (arXiv 2504.02546); verl 0.9.1 ``compute_gpg_outcome_advantage``.
+    """
+    _checks.check_ndim(_checks.as_float_array(rewards, "rewards"), "rewards", 1, "[B]")
+    xc, mask, out_dtype = prepare(rewards, group_ids, mask, "rewards")
+    dt = xc.dtype
+    centred = normalize_with_groups(xc, group_ids, mask, _MEAN_OR_ZERO)
+    if alpha is None:
+        valid = jnp.sum(mask).astype(dt)
+        nonzero = jnp.sum(mask & (xc != 0)).astype(dt)
+        alpha_ = valid / jnp.maximum(nonzero, 1.0)
+    else:
+        alpha_ = _checks.scalar(alpha, dt, "alpha")
+    out = centred * (alpha_ / _checks.scalar(f_norm, dt, "f_norm"))
+    return jnp.where(mask, out, jnp.zeros_like(out)).astype(out_dtype)
