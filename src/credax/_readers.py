@@ -24,6 +24,8 @@ key                 value                                     meaning
 ``role``            string, integer or ``null``               optional judge label (parse_roles)
 ``reward``          finite number                             optional environment reward, 0
 ``anchor``          string, integer or ``null``               optional state key (GiGPO)
+``logprobs``        array of finite numbers or ``null``       optional; sampler log-prob of each
+                                                              action token (``old_logp``)
 ==================  ========================================  ==================================
 
 A JSON array ``prompt_id`` becomes a tuple (hashable); integers of any size are kept exactly.
@@ -58,7 +60,7 @@ from ._rollouts import Rollout, Turn
 
 FORMATS = ("credax", "verl")
 _ROLLOUT_KEYS = {"prompt_id", "turns", "prompt", "outcome", "meta"}
-_TURN_KEYS = {"action", "score", "observation", "role", "reward", "anchor"}
+_TURN_KEYS = {"action", "score", "observation", "role", "reward", "anchor", "logprobs"}
 _VERL_REQUIRED = ("input", "output", "score", "step")
 _VERL_FILE = re.compile(r"^(\d+)\.jsonl$")
 # Report progress about every this many bytes (a callback per line would cost more than parsing).
@@ -99,6 +101,16 @@ def _token_list(value, field: str) -> list:
         if type(x) is not int or x < 0:  # bool is an int subclass: `type(x) is int` refuses it
             raise _Bad(f"{field}[{j}]", f"expected a token id (an int >= 0); got {x!r}.")
     return value
+
+
+def _logprobs(value, n_action: int, field: str) -> list | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != n_action:
+        got = f"{len(value)} numbers" if isinstance(value, list) else type(value).__name__
+        raise _Bad(field, f"expected an array of {n_action} numbers (one per action token) or "
+                          f"null; got {got}.")
+    return [_number(x, f"{field}[{j}]") for j, x in enumerate(value)]
 
 
 def _key(value, field: str, *, nullable: bool):
@@ -148,6 +160,7 @@ def _credax_line(obj: Any) -> Rollout:
             role=role,
             reward=_number(t.get("reward", 0.0), f"{f}.reward"),
             anchor=_key(t.get("anchor"), f"{f}.anchor", nullable=True),
+            logprobs=_logprobs(t.get("logprobs"), len(t["action"]), f"{f}.logprobs"),
         ))
     outcome = obj.get("outcome")
     if outcome is not None:
@@ -310,6 +323,9 @@ def _rollout_json(rollout: Rollout, where: str) -> dict:
             turn["reward"] = _json_number(t.reward, f"{tw}.reward")
         if t.anchor is not None:
             turn["anchor"] = _jsonable_key(t.anchor, f"{tw}.anchor")
+        if t.logprobs is not None:
+            turn["logprobs"] = [_json_number(x, f"{tw}.logprobs[{j}]")
+                                for j, x in enumerate(t.logprobs)]
         turns.append(turn)
     obj["turns"] = turns
     if rollout.outcome is not None:

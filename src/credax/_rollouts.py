@@ -22,6 +22,9 @@ token, with masks that say what is real. :func:`pad_rollouts` does that once, on
   (``row_mask``, ``turn_mask``, ``mask`` false; ``token_turn = -1``; each padding row its own
   group), so every credax function gives the padded batch exactly the values of the unpadded one
   on the real entries (tested for GRPO, TCPO, TRIAGE and the policy loss).
+* **Log-probs.** ``Turn.logprobs`` (the sampler's log-prob of each action token) come back as
+  ``RolloutBatch.old_logp`` ``[B, T]``, at the tokens' own positions: the ``old_logp`` of
+  :func:`credax.policy_loss` and :class:`credax.nnx.PolicyBatch`, with no glue.
 * **Back.** :class:`RolloutLayout` maps ``[B]``, ``[B, K]`` or ``[B, T]`` results back to the
   ragged structure for logging: one value per rollout, one per turn, or one per action token.
 
@@ -59,6 +62,14 @@ class Turn:
         :func:`credax.parse_roles`; ``None`` = unlabeled.
       reward: the environment's reward for this step (GiGPO's step reward, MT-GRPO's turn reward).
       anchor: optional hashable key of the state the turn acted in (GiGPO's anchor state).
+      logprobs: optional sampler log-probs of the action tokens, one per token of ``action``
+        (``log p(action[j] | everything before it)``, as vLLM / SGLang return them):
+        :func:`credax.pad_rollouts` writes them at the tokens' positions as
+        ``RolloutBatch.old_logp``, the ``old_logp`` of :func:`credax.policy_loss`.
+
+    Raises:
+      TypeError: ``action``, ``observation`` or ``logprobs`` is a single number or a string
+        instead of a sequence (``Turn(3, 0.5)``: write ``Turn([3], 0.5)``).
     """
 
     action: Sequence[int]
@@ -67,6 +78,22 @@ class Turn:
     role: str | int | None = None
     reward: float = 0.0
     anchor: Hashable | None = None
+    logprobs: Sequence[float] | None = None
+
+    def __post_init__(self):
+        # A bare number would fail much later, inside pad_rollouts, as "object of type 'int' has no
+        # len()"; a string would be read as characters.
+        for name in ("action", "observation", "logprobs"):
+            value = getattr(self, name)
+            if name == "logprobs" and value is None:
+                continue
+            if isinstance(value, str | bytes) or not hasattr(value, "__len__") or (
+                    getattr(value, "ndim", 1) == 0):
+                what = "token ids" if name != "logprobs" else "log-probs, one per action token"
+                raise TypeError(f"`Turn.{name}` must be a sequence of {what}; got "
+                                f"{type(value).__name__} {value!r}" + (
+                                    f" (for one token write [{value!r}])"
+                                    if isinstance(value, int | np.integer) else "") + ".")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +148,10 @@ class RolloutBatch(NamedTuple):
       groups: the same as a :class:`credax.Groups` with ``num_groups = B`` (static), so a training
         step compiles once per batch bucket and densifies nothing.
       anchor_ids: ``int32[B, K]`` exact dense anchor ids for GiGPO; ``-1`` on padding.
+      old_logp: ``float32[B, T]`` the sampler's log-prob of each action token (``Turn.logprobs``),
+        aligned with ``tokens`` (entry ``[b, t]`` is about ``tokens[b, t]``, as
+        ``credax.nnx.PolicyBatch.old_logp``); ``0`` on prompt, observation and padding tokens.
+        ``None`` when the rollouts carry no log-probs.
     """
 
     tokens: Int[Array, "B T"]
@@ -135,6 +166,7 @@ class RolloutBatch(NamedTuple):
     group_ids: Int[Array, " B"]
     groups: Groups
     anchor_ids: Int[Array, "B K"]
+    old_logp: Float[Array, "B T"] | None = None
 
 
 class RolloutLayout:
@@ -182,23 +214,37 @@ class RolloutLayout:
             raise ValueError(f"`values` must be [B, K] = {self.shape[:2]}; got shape {host.shape}.")
         return [host[i, :n].copy() for i, n in enumerate(self.num_turns)]
 
-    def per_token(self, values) -> list[list[np.ndarray]]:
+    def per_token(self, values, *, axis: str | None = None) -> list[list[np.ndarray]]:
         """Per-token credit → for each rollout, for each turn, the values at its action tokens.
 
         ``values`` is ``[B, T]`` (e.g. ``broadcast_to_tokens`` of a per-turn advantage) or
         ``[B, K]`` (each action token gets its turn's value). Prompt and observation tokens carry
         no credit and are left out.
+
+        ``axis`` says which: ``"tokens"`` (``[B, T]``) or ``"turns"`` (``[B, K]``); ``None`` reads
+        it from the shape, and raises when the padded ``K`` equals ``T`` (the shape cannot tell).
         """
         host = self._host(values, "values")
-        if host.ndim == 2 and host.shape[1] == self.shape[2]:
+        if axis not in (None, "tokens", "turns"):
+            raise ValueError(f"`axis` must be 'tokens', 'turns' or None; got {axis!r}.")
+        b, k_pad, t_pad = self.shape
+        shapes = {"tokens": (b, t_pad), "turns": (b, k_pad)}
+        if axis is None:
+            if host.ndim == 2 and k_pad == t_pad and host.shape == (b, t_pad):
+                raise ValueError(f"`values` of shape {host.shape} could be [B, T] or [B, K]: the "
+                                 f"padded batch has K = T = {t_pad}. Pass axis='tokens' or "
+                                 "axis='turns'.")
+            axis = next((a for a, shp in shapes.items() if host.shape == shp), None)
+        if axis is None or host.shape != shapes[axis]:
+            want = (f"[B, T] = {shapes['tokens']} or [B, K] = {shapes['turns']}" if axis is None
+                    else f"[B, {'T' if axis == 'tokens' else 'K'}] = {shapes[axis]} (axis={axis!r})")
+            raise ValueError(f"`values` must be {want}; got shape {host.shape}.")
+        if axis == "tokens":
             return [[host[i, s:s + n].copy() for s, n in zip(starts, lens, strict=True)]
                     for i, (starts, lens) in enumerate(zip(self._action_start, self._action_len,
                                                            strict=True))]
-        if host.ndim == 2 and host.shape[1] == self.shape[1]:
-            return [[np.full(n, host[i, k]) for k, n in enumerate(lens)]
-                    for i, lens in enumerate(self._action_len)]
-        raise ValueError(f"`values` must be [B, T] = {(self.shape[0], self.shape[2])} or [B, K] = "
-                         f"{self.shape[:2]}; got shape {host.shape}.")
+        return [[np.full(n, host[i, k]) for k, n in enumerate(lens)]
+                for i, lens in enumerate(self._action_len)]
 
 
 class PaddedRollouts(NamedTuple):
@@ -277,8 +323,32 @@ def _all_token_ids(flat: list, rollouts) -> np.ndarray:
     raise TypeError("`rollouts`: token ids must be integers in [0, 2**31).")
 
 
+def _all_logprobs(flat: list, rollouts) -> np.ndarray:
+    """The flat log-prob list as float32, checked once (real, finite); a bad value names its turn."""
+    try:
+        arr = np.asarray(flat, np.float64)
+        ok = arr.ndim == 1 and bool(np.isfinite(arr).all())
+    except (TypeError, ValueError):
+        ok = False
+    if ok:
+        return arr.astype(np.float32)
+    for i, r in enumerate(rollouts):  # slow path, only to say where the bad value is
+        for k, t in enumerate(r.turns):
+            for j, v in enumerate(t.logprobs):
+                _finite(v, f"rollouts[{i}].turns[{k}].logprobs[{j}]")
+    raise TypeError("`rollouts`: log-probs must be finite numbers.")
+
+
 def _finite(value, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+    if not isinstance(value, int | float | np.integer | np.floating) and getattr(value, "shape", None) == ():
+        # A 0-d array (NumPy, or a concrete jax.Array such as `jnp.float32(0.5)` or a score
+        # computed on the device) counts as the number it holds; a bool or traced one does not.
+        try:
+            value = np.asarray(value)[()]
+        except Exception:  # a tracer: jax raises TracerArrayConversionError
+            raise TypeError(f"{where}: must be a concrete number; got a traced value "
+                            "(pad_rollouts runs on the host, outside jit).") from None
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
         raise TypeError(f"{where}: must be a number; got {type(value).__name__} {value!r}.")
     value = float(value)
     if not math.isfinite(value):
@@ -318,8 +388,9 @@ def pad_rollouts(
     Raises:
       TypeError: a rollout is not a :class:`Rollout` (or a turn not a :class:`Turn`), an id is not
         hashable, token ids are not integers, a score / reward / outcome is not a number.
-      ValueError: no rollouts, a rollout without turns, a non-finite score, reward or outcome,
-        token ids outside ``[0, 2**31)``, an unknown role label, a batch larger than every bucket.
+      ValueError: no rollouts, a rollout without turns, a non-finite score, reward, outcome or
+        log-prob, token ids outside ``[0, 2**31)``, an unknown role label, a batch larger than
+        every bucket, ``logprobs`` not one per action token, or given on some turns only.
         Messages name the rollout, the turn and the field (``rollouts[3].turns[1].score``).
 
     Examples:
@@ -342,6 +413,12 @@ def pad_rollouts(
       [0.7071, -0.7071, 0.0]
       >>> [t.tolist() for t in layout.per_token(batch.scores)[0]]   # turn values on action tokens
       [[0.5, 0.5], [1.0]]
+      >>> batch.old_logp is None                # no Turn carried the sampler's log-probs
+      True
+      >>> rs = [credax.Rollout("q", [credax.Turn([5, 6], 1.0, observation=[9], logprobs=[-0.5, -1.5]),
+      ...                            credax.Turn([7], 0.0, logprobs=[-2.0])], prompt=[1])]
+      >>> credax.pad_rollouts(rs).batch.old_logp.tolist()   # aligned with tokens [1, 5, 6, 9, 7]
+      [[0.0, -0.5, -1.5, 0.0, -2.0]]
     """
     if isinstance(rollouts, Rollout) or not isinstance(rollouts, Sequence):
         raise TypeError(f"`rollouts` must be a sequence of credax.Rollout; got {type(rollouts).__name__}.")
@@ -362,6 +439,9 @@ def pad_rollouts(
     # Token ids of every segment go into one flat list, converted and range-checked once (a
     # NumPy conversion per segment cost ~50 µs each: most of the time for 100k turns).
     flat: list = []
+    flat_lp: list = []  # the sampler's log-prob of each flat token (0 off actions), if any turn has them
+    lp_first: str | None = None  # the first turn with log-probs / without them: mixing is an error
+    lp_missing: str | None = None
     seg_len: list[int] = []
     seg_turn: list[int] = []
     seg_row: list[int] = []
@@ -389,6 +469,16 @@ def pad_rollouts(
                 raise TypeError(f"`{tw}` must be a credax.Turn; got {type(t).__name__}.")
             segments.append((t.action, k))
             segments.append((t.observation, -1))
+            if t.logprobs is None:
+                lp_missing = lp_missing or tw
+            else:
+                lp_first = lp_first or tw
+                if len(t.logprobs) != len(t.action):
+                    raise ValueError(f"{tw}.logprobs: one log-prob per action token; got "
+                                     f"{len(t.logprobs)} for {len(t.action)} tokens.")
+            if lp_first is not None and lp_missing is not None:
+                raise ValueError(f"`{lp_missing}.logprobs` is missing while `{lp_first}.logprobs` "
+                                 "is given: give every turn its sampler log-probs, or none.")
             scores.append(_finite(t.score, f"{tw}.score"))
             rewards.append(_finite(t.reward, f"{tw}.reward"))
             roles.append(t.role)
@@ -397,10 +487,13 @@ def pad_rollouts(
             else:
                 akey = _exact_key(t.anchor, f"{tw}.anchor")
                 anchors.append(anchor_index.setdefault(akey, len(anchor_index)))
-        for seg, turn in segments:
+        for j, (seg, turn) in enumerate(segments):
             n = len(seg)
             if n or turn >= 0:  # keep empty actions: their turn still needs a start
                 flat.extend(seg)
+                if lp_first is not None:
+                    lp = r.turns[(j - 1) // 2].logprobs if turn >= 0 else None
+                    flat_lp.extend(lp if lp is not None else (0.0,) * n)
                 seg_len.append(n)
                 seg_turn.append(turn)
                 seg_row.append(i)
@@ -412,6 +505,9 @@ def pad_rollouts(
         anchors_l.append(anchors)
 
     ids = _all_token_ids(flat, rollouts)
+    old_logp_flat = None
+    if lp_first is not None:
+        old_logp_flat = _all_logprobs(flat_lp, rollouts)
     seg_len_a = np.asarray(seg_len, np.int64)
     seg_row_a = np.asarray(seg_row, np.int64)
     seg_turn_a = np.asarray(seg_turn, np.int64)
@@ -439,6 +535,10 @@ def pad_rollouts(
     tokens = np.full((b, t_pad), pad_token, np.int32)
     token_turn = np.full((b, t_pad), -1, np.int32)
     tokens[tok_row, tok_col] = ids
+    old_logp = None
+    if old_logp_flat is not None:
+        old_logp = np.zeros((b, t_pad), np.float32)
+        old_logp[tok_row, tok_col] = old_logp_flat
     token_turn[tok_row, tok_col] = np.repeat(seg_turn_a, seg_len_a)
     actions = seg_turn_a >= 0
     splits = np.cumsum(num_turns)[:-1]
@@ -484,6 +584,7 @@ def pad_rollouts(
         group_ids=group_ids_j,
         groups=Groups(group_ids_j, b),
         anchor_ids=jnp.asarray(anchor_ids),
+        old_logp=None if old_logp is None else jnp.asarray(old_logp),
     )
     layout = RolloutLayout(shape, num_turns, action_start, action_len, prompt_keys, group_index)
     return PaddedRollouts(batch, layout)

@@ -36,8 +36,19 @@ def check_bool_mask(mask: np.ndarray, name: str, shape: tuple[int, ...], like: s
         raise ValueError(f"`{name}` must have shape {shape} (same as `{like}`); got {mask.shape}.")
 
 
-def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask") -> None:
-    """Valid turns must form a prefix of each row, and every row needs at least one."""
+def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask",
+                      row_mask: np.ndarray | None = None) -> None:
+    """Valid turns must form a prefix of each row, and every real row needs at least one.
+
+    With ``row_mask`` (``bool[B]``, true = real row), padding rows must have no valid turn (the
+    layout :func:`credax.pad_rollouts` writes) and are exempt from the at-least-one rule.
+    """
+    if row_mask is not None:
+        stray = ~row_mask[:, None] & turn_mask
+        if stray.any():
+            b, k = _first(stray)
+            raise ValueError(f"`{name}` must be all false on padding rows (`row_mask` false); row "
+                             f"{b} is padding but has a valid turn at index {k}.")
     gap = turn_mask[:, 1:] & ~turn_mask[:, :-1]
     if gap.any():
         b, k = _first(gap)
@@ -46,9 +57,38 @@ def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask") -> None:
             f"valid turn at index {k + 1} after a padded turn at index {k}."
         )
     empty = ~turn_mask.any(axis=1)
+    if row_mask is not None:
+        empty &= row_mask
     if empty.any():
+        hint = "" if row_mask is not None else (
+            " (padding rows from `credax.pad_rollouts`? pass `row_mask=` or the PaddedRollouts)")
         raise ValueError(f"`{name}`: every row needs at least one valid turn; row "
-                         f"{int(np.argmax(empty))} has none.")
+                         f"{int(np.argmax(empty))} has none{hint}.")
+
+
+def padded_batch(x):
+    """The :class:`credax.RolloutBatch` inside ``x`` (a ``PaddedRollouts`` or a batch), else None."""
+    from ._rollouts import PaddedRollouts, RolloutBatch
+
+    if isinstance(x, PaddedRollouts):
+        return x.batch
+    return x if isinstance(x, RolloutBatch) else None
+
+
+def _no_arrays_with_batch(fn: str, first: str, **given) -> None:
+    extra = [k for k, v in given.items() if v is not None]
+    if extra:
+        raise TypeError(f"`{fn}`: `{first}` is a PaddedRollouts / RolloutBatch, which already holds "
+                        f"`{extra[0]}`; pass either the batch alone or the arrays.")
+
+
+def row_mask_array(row_mask, batch: int, like: str) -> np.ndarray | None:
+    """``row_mask`` as a checked ``bool[B]`` host array, or None."""
+    if row_mask is None:
+        return None
+    r = host_array(row_mask, "row_mask")
+    check_bool_mask(r, "row_mask", (batch,), like=like)
+    return r
 
 
 def check_group_ids(group_ids, batch: int) -> None:
@@ -77,9 +117,10 @@ def check_group_ids(group_ids, batch: int) -> None:
 
 def validate_turns(
     scores,
-    turn_mask,
-    group_ids,
+    turn_mask=None,
+    group_ids=None,
     *,
+    row_mask=None,
     score_range: tuple[float, float] | None = (0.0, 1.0),
     token_turn=None,
 ) -> None:
@@ -88,14 +129,22 @@ def validate_turns(
     Checks, each raising with the argument's name:
 
     * ``scores`` is a real ``[B, K]`` array; ``turn_mask`` a ``bool[B, K]``; ``group_ids`` an
-      integer ``[B]`` whose values fit in int32 (no silent truncation of 64-bit hashes);
+      integer ``[B]`` (or a :class:`credax.Groups`) whose values fit in int32 (no silent
+      truncation of 64-bit hashes);
     * valid scores are finite and inside ``score_range`` (``None`` skips the range check);
-    * ``turn_mask`` is prefix-contiguous and every row has at least one valid turn;
+    * ``turn_mask`` is prefix-contiguous and every row has at least one valid turn — every *real*
+      row when ``row_mask`` is given: padding rows (``row_mask`` false) must then have no valid
+      turn at all;
     * ``token_turn`` (optional) is an integer ``[B, T]`` with values in ``[-1, K)`` that point
       only at valid turns.
 
+    ``validate_turns(padded)`` with the :class:`credax.PaddedRollouts` of
+    :func:`credax.pad_rollouts` (or its ``RolloutBatch``) checks its ``scores``, ``turn_mask``,
+    ``groups``, ``row_mask`` and ``token_turn``; the array arguments must then be left out.
+
     Raises:
-      TypeError: wrong kind of array (float mask, float ids, traced input).
+      TypeError: wrong kind of array (float mask, float ids, traced input), or a batch together
+        with array arguments.
       ValueError: wrong shape or values.
 
     Examples:
@@ -105,7 +154,24 @@ def validate_turns(
       Traceback (most recent call last):
       ...
       ValueError: `turn_mask` must be prefix-contiguous (valid turns first, then padding); row 0 has ...
+      >>> padded = credax.pad_rollouts([credax.Rollout("p", [credax.Turn([1], 0.5)])] * 3,
+      ...                              buckets=credax.Buckets())
+      >>> padded.batch.row_mask.tolist()        # three real rows, one padding row
+      [True, True, True, False]
+      >>> credax.validate_turns(padded)
+      >>> b = padded.batch
+      >>> credax.validate_turns(b.scores, b.turn_mask, b.groups, row_mask=b.row_mask)
     """
+    batch = padded_batch(scores)
+    if batch is not None:
+        _no_arrays_with_batch("validate_turns", "scores", turn_mask=turn_mask, group_ids=group_ids,
+                              row_mask=row_mask, token_turn=token_turn)
+        scores, turn_mask, group_ids = batch.scores, batch.turn_mask, batch.groups
+        row_mask, token_turn = batch.row_mask, batch.token_turn
+    elif turn_mask is None or group_ids is None:
+        missing = "turn_mask" if turn_mask is None else "group_ids"
+        raise TypeError(f"`validate_turns` needs `{missing}` (or pass the PaddedRollouts of "
+                        "`credax.pad_rollouts` as the only argument).")
     s = host_array(scores, "scores")
     if s.dtype == object or not (np.issubdtype(s.dtype, np.floating) or np.issubdtype(s.dtype, np.integer)):
         raise TypeError(f"`scores` must be a real numeric array; got dtype {s.dtype}.")
@@ -114,9 +180,10 @@ def validate_turns(
     m = host_array(turn_mask, "turn_mask")
     check_bool_mask(m, "turn_mask", s.shape)
     check_group_ids(group_ids, s.shape[0])
+    real = row_mask_array(row_mask, s.shape[0], like="scores' rows")
     _check_values(s, m, "scores", _check_range(score_range, "score_range"), "score_range",
                   "valid turns")
-    check_prefix_mask(m)
+    check_prefix_mask(m, row_mask=real)
     if token_turn is not None:
         tt = host_array(token_turn, "token_turn")
         if not np.issubdtype(tt.dtype, np.integer):
@@ -180,7 +247,7 @@ def _real_array(x, name: str) -> np.ndarray:
 
 def validate_rewards(
     rewards,
-    group_ids,
+    group_ids=None,
     mask=None,
     *,
     reward_range: tuple[float, float] | None = None,
@@ -198,9 +265,13 @@ def validate_rewards(
     * ``mask`` (optional) is a ``bool[B]``;
     * rewards of valid rows are finite and inside ``reward_range`` (``None``: no range check).
 
+    ``mask`` is the row mask (GRPO's and RLOO's ``mask``: true = real row). ``validate_rewards(
+    padded)`` with a :class:`credax.PaddedRollouts` (or its ``RolloutBatch``) checks its
+    ``outcome``, ``groups`` and ``row_mask``; ``group_ids`` and ``mask`` must then be left out.
+
     Raises:
-      TypeError: wrong kind of array (float mask, float ids, traced input), or a malformed
-        ``reward_range``.
+      TypeError: wrong kind of array (float mask, float ids, traced input), a malformed
+        ``reward_range``, or a batch together with array arguments.
       ValueError: wrong shapes, a non-finite or out-of-range reward at a valid row, or a
         ``reward_range`` with ``lo > hi`` or a NaN bound.
 
@@ -213,7 +284,17 @@ def validate_rewards(
       ValueError: `rewards` must be finite at valid rows; rewards[1] = nan.
       >>> credax.validate_rewards(np.array([1.0, np.nan]), np.array([4, 4]),
       ...                         np.array([True, False]))   # a masked NaN is fine
+      >>> padded = credax.pad_rollouts([credax.Rollout("p", [credax.Turn([1], 0.5)])] * 3,
+      ...                              buckets=credax.Buckets())
+      >>> credax.validate_rewards(padded)    # 3 real rows, 1 padding row
     """
+    batch = padded_batch(rewards)
+    if batch is not None:
+        _no_arrays_with_batch("validate_rewards", "rewards", group_ids=group_ids, mask=mask)
+        rewards, group_ids, mask = batch.outcome, batch.groups, batch.row_mask
+    elif group_ids is None:
+        raise TypeError("`validate_rewards` needs `group_ids` (or pass the PaddedRollouts of "
+                        "`credax.pad_rollouts` as the only argument).")
     r = _real_array(rewards, "rewards")
     if r.ndim not in (1, 2):
         raise ValueError(f"`rewards` must be [B] (one reward per trajectory) or [B, C] "
@@ -234,6 +315,7 @@ def validate_alternatives(
     alt_mask=None,
     scores=None,
     *,
+    row_mask=None,
     score_range: tuple[float, float] | None = (0.0, 1.0),
 ) -> None:
     """Check TCPO's counterfactual alternatives eagerly: ``alt_scores[B, K, M]`` and ``alt_mask``.
@@ -245,8 +327,14 @@ def validate_alternatives(
     * ``alt_mask`` (optional, default all true) is a ``bool[B, K, M]``;
     * valid alternatives are finite and inside ``score_range`` (``None`` skips the range check).
 
+    Alternatives of padding rows (``row_mask``, ``bool[B]``, false) are not checked. ``scores`` may
+    be the :class:`credax.PaddedRollouts` (or ``RolloutBatch``) the alternatives belong to: its
+    ``scores`` fix the shape, and alternatives at its padded turns and rows are not checked
+    (``row_mask`` must then be left out).
+
     Raises:
-      TypeError: wrong kind of array (float mask, traced input), or a malformed ``score_range``.
+      TypeError: wrong kind of array (float mask, traced input), a malformed ``score_range``, or
+        a batch together with ``row_mask``.
       ValueError: wrong shapes, or a non-finite / out-of-range valid alternative.
 
     Examples:
@@ -258,6 +346,12 @@ def validate_alternatives(
       ...
       ValueError: `alt_scores` must be finite at valid alternatives; alt_scores[0, 1, 1] = inf.
     """
+    batch = padded_batch(scores)
+    turn_mask = None
+    if batch is not None:
+        _no_arrays_with_batch("validate_alternatives", "scores", row_mask=row_mask)
+        scores, row_mask = batch.scores, batch.row_mask
+        turn_mask = host_array(batch.turn_mask, "scores.turn_mask")
     alt = _real_array(alt_scores, "alt_scores")
     if alt.ndim != 3:
         raise ValueError(f"`alt_scores` must be 3-D, shape [B, K, M]; got shape {alt.shape}.")
@@ -272,4 +366,9 @@ def validate_alternatives(
     else:
         m = host_array(alt_mask, "alt_mask")
         check_bool_mask(m, "alt_mask", alt.shape, like="alt_scores")
+    real = row_mask_array(row_mask, alt.shape[0], like="alt_scores' rows")
+    if real is not None:
+        m = m & real[:, None, None]
+    if turn_mask is not None:
+        m = m & turn_mask[:, :, None]
     _check_values(alt, m, "alt_scores", value_range, "score_range", "valid alternatives")
