@@ -1,21 +1,35 @@
 """Median wall time of one jitted Flax NNX train step (credax.nnx.policy_loss_fn + adamw), after compile.
 
-Run: ``.venv/bin/python -m benchmarks.nnx_step``. The model is the README's TinyLM (embedding, causal
-prefix sum, tanh, head), small enough that the step measures credax's loss plumbing plus optax.
+Run: ``.venv/bin/python -m benchmarks.nnx_step [tiny|head ...]`` (default: both).
+
+* ``tiny``: the README's TinyLM (embedding, causal prefix sum, tanh, head) at V=256, small enough
+  that the step measures credax's loss plumbing plus optax.
+* ``head``: a model whose LM head dominates the step (V=32768, D=256: the head's three GEMMs are
+  most of its FLOPs), trained on per-turn TCPO advantages through ``token_turn`` with the head
+  chunked (``chunk_size``). Reported next to the step: the credit computation of the same batch
+  (``credax.tcpo_advantages`` with the contiguous layout promise, jitted, and GRPO for
+  comparison) as a share of the step (goal < 1%), and the head's matmul floor (its three GEMMs
+  as plain ``jnp.dot`` calls) as a share of the step.
 """
 
 import functools
 import statistics
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
+import credax
 import credax.nnx as cnnx
+from credax.bench.cases import make_token_turn, make_turns
 
 V, D, B, T, PROMPT = 256, 64, 8, 128, 16
+# the head-dominated step: 8 rollouts (2 prompts x 4) of 64 tokens, 8 turns each
+HEAD = dict(vocab=32768, dim=256, batch=8, length=64, turns=8, group=4, chunk=16)
 
 
 class TinyLM(nnx.Module):
@@ -27,7 +41,40 @@ class TinyLM(nnx.Module):
         return self.head(jnp.tanh(jnp.cumsum(self.embed(tokens), axis=1)))
 
 
-def main(steps: int = 30) -> None:
+class HeadLM(nnx.Module):
+    """Embedding, causal prefix mean, one tanh layer, untied head; returns (hidden, unembedding)."""
+
+    def __init__(self, vocab, dim, *, rngs):
+        self.embed = nnx.Embed(vocab, dim, rngs=rngs)
+        self.mix = nnx.Linear(dim, dim, rngs=rngs)
+        self.head = nnx.Linear(dim, vocab, use_bias=False, rngs=rngs)
+
+    def __call__(self, tokens):
+        h = self.embed(tokens)
+        steps = jnp.arange(1, tokens.shape[1] + 1, dtype=h.dtype)[None, :, None]
+        return jnp.tanh(self.mix(jnp.cumsum(h, axis=1) / steps)), self.head.kernel[...]
+
+
+def _median_s(fn, calls: int) -> tuple[float, float, float]:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times), max(times)
+
+
+def _train_step(loss_fn):
+    @nnx.jit
+    def train_step(model, optimizer, batch):
+        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, batch)
+        optimizer.update(model, grads)
+        return loss, metrics
+
+    return train_step
+
+
+def tiny(steps: int = 30) -> None:
     model = TinyLM(V, D, rngs=nnx.Rngs(0))
     keys = jax.random.split(jax.random.key(0), 2)
     tokens = jax.random.randint(keys[0], (B, T), 0, V)
@@ -35,26 +82,88 @@ def main(steps: int = 30) -> None:
     old = cnnx.sequence_logprobs(model, tokens, mask)
     batch = cnnx.PolicyBatch(tokens, mask, old, jax.random.normal(keys[1], (B,)))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
-    loss_fn = functools.partial(cnnx.policy_loss_fn, agg="seq-mean-token-mean", dual_clip=3.0)
-
-    @nnx.jit
-    def train_step(model, optimizer, batch):
-        (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, batch)
-        optimizer.update(model, grads)
-        return loss, metrics
-
+    train_step = _train_step(functools.partial(cnnx.policy_loss_fn, agg="seq-mean-token-mean",
+                                               dual_clip=3.0))
     start = time.perf_counter()
     jax.block_until_ready(train_step(model, optimizer, batch))
     compile_s = time.perf_counter() - start
-    times = []
+    med, lo, hi = _median_s(lambda: train_step(model, optimizer, batch), steps)
+    print(f"tiny: B={B} T={T} V={V} D={D}: first call (compile) {compile_s:.2f} s; median step "
+          f"{1e3 * med:.2f} ms (min {1e3 * lo:.2f}, max {1e3 * hi:.2f}) over {steps} steps on "
+          f"{jax.devices()[0].platform}")
+
+
+def head(steps: int = 7, **sizes) -> dict:
+    z = {**HEAD, **sizes}
+    vocab, dim, batch, length, turns, group = (z[k] for k in ("vocab", "dim", "batch", "length",
+                                                              "turns", "group"))
+    rng = np.random.default_rng(0)
+    model = HeadLM(vocab, dim, rngs=nnx.Rngs(0))
+    tokens = jnp.asarray(rng.integers(0, vocab, (batch, length)).astype(np.int32))
+    scores, turn_mask = make_turns(rng, batch, turns)
+    token_turn = make_token_turn(rng, turn_mask, length)
+    mask = jnp.asarray(token_turn >= 0)
+    ids = np.repeat(np.arange(batch // group), group)
+    g = credax.groups(ids, layout="contiguous", group_size=group)
+    s_j, m_j, tt_j = jnp.asarray(scores), jnp.asarray(turn_mask), jnp.asarray(token_turn)
+    rewards = s_j[:, -1]
+
+    tcpo = jax.jit(lambda s, m, g: credax.tcpo_advantages(s, m, g, gamma=0.9).advantages)
+    grpo = jax.jit(lambda r, g: credax.grpo_advantages(r, g))
+    advantages = tcpo(s_j, m_j, g)
+    apply = lambda m, tok: m(tok)
+    old = cnnx.sequence_logprobs(model, tokens, mask, apply=apply, chunk_size=z["chunk"])
+    pbatch = cnnx.PolicyBatch(tokens, mask, old, advantages, token_turn=tt_j)
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+    train_step = _train_step(functools.partial(cnnx.policy_loss_fn, apply=apply,
+                                               chunk_size=z["chunk"]))
+    start = time.perf_counter()
+    jax.block_until_ready(train_step(model, optimizer, pbatch))
+    compile_s = time.perf_counter() - start
+
+    n = batch * length
+    h2 = jnp.asarray(rng.standard_normal((n, dim), dtype=np.float32))
+    w = jnp.asarray(rng.standard_normal((dim, vocab), dtype=np.float32))
+    g2 = jnp.asarray(rng.standard_normal((n, vocab), dtype=np.float32))
+    gemms = [(jax.jit(lambda a, b: a @ b), (h2, w)), (jax.jit(lambda x, b: x @ b.T), (g2, w)),
+             (jax.jit(lambda a, x: a.T @ x), (h2, g2))]
+
+    def floor():
+        return [jax.block_until_ready(f(*a)) for f, a in gemms]
+
+    floor()
+    jax.block_until_ready((tcpo(s_j, m_j, g), grpo(rewards, g)))
+    # interleaved: each round times the step, the credit and the floor back to back
+    step_t, tcpo_t, grpo_t, floor_t = [], [], [], []
     for _ in range(steps):
-        start = time.perf_counter()
-        jax.block_until_ready(train_step(model, optimizer, batch))
-        times.append(time.perf_counter() - start)
-    print(f"B={B} T={T} V={V} D={D}: first call (compile) {compile_s:.2f} s; median step "
-          f"{1e3 * statistics.median(times):.2f} ms (min {1e3 * min(times):.2f}, max "
-          f"{1e3 * max(times):.2f}) over {steps} steps on {jax.devices()[0].platform}")
+        step_t.append(_median_s(lambda: train_step(model, optimizer, pbatch), 1)[0])
+        tcpo_t.append(_median_s(lambda: tcpo(s_j, m_j, g), 20)[0])
+        grpo_t.append(_median_s(lambda: grpo(rewards, g), 20)[0])
+        floor_t.append(_median_s(floor, 1)[0])
+    med = statistics.median
+    out = {"step_s": med(step_t), "tcpo_s": med(tcpo_t), "grpo_s": med(grpo_t),
+           "floor_s": med(floor_t), "compile_s": compile_s}
+    print(f"head: B={batch} ({batch // group} prompts x {group}) T={length} K={turns} V={vocab} "
+          f"D={dim} chunk_size={z['chunk']}: first call (compile) {compile_s:.2f} s; median step "
+          f"{1e3 * out['step_s']:.1f} ms over {steps} steps on {jax.devices()[0].platform}")
+    print(f"  credit: tcpo_advantages {1e3 * out['tcpo_s']:.3f} ms = "
+          f"{100 * out['tcpo_s'] / out['step_s']:.3f}% of the step; grpo_advantages "
+          f"{1e3 * out['grpo_s']:.3f} ms = {100 * out['grpo_s'] / out['step_s']:.3f}% (goal < 1%)")
+    print(f"  head matmul floor (3 GEMMs of 2·N·D·V, {6 * n * dim * vocab / 1e9:.1f} GFLOP): "
+          f"{1e3 * out['floor_s']:.1f} ms = {100 * out['floor_s'] / out['step_s']:.0f}% of the step")
+    return out
+
+
+def main(argv) -> None:
+    which = argv or ["tiny", "head"]
+    unknown = set(which) - {"tiny", "head"}
+    if unknown:
+        raise SystemExit(f"unknown model(s) {sorted(unknown)}: choose tiny, head")
+    if "tiny" in which:
+        tiny()
+    if "head" in which:
+        head()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

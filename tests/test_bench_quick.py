@@ -104,6 +104,79 @@ def test_quick_run_covers_every_entry_point(quick_run):
     }
 
 
+def test_lm_head_case_checks_values_and_gradients_then_reports_floor_and_memory(quick_run):
+    # the tiny LM-head case of the quick preset: every implementation matched the float64 loss
+    # and both gradients before it was timed; the floor's GEMM rate and the memory per chunk of
+    # logits are reported
+    _, data, _ = quick_run
+    (rec,) = [r for r in data["cases"] if r["case"] == "lm_head"]
+    b, t, d, v, c = (rec["params"][k] for k in ("B", "T", "D", "V", "chunk"))
+    expected = {"credax_chunked", "naive_jax", "credax_fused_experimental", "matmul_floor"}
+    if data["meta"]["machine"]["torch"]:
+        expected.add("torch_chunked")
+    assert set(rec["results"]) == expected
+    assert all(rec["agreement"][n]["ok"] for n in expected)
+    assert rec["gemm"]["flops"] == 6 * b * t * d * v and rec["gemm"]["gflop_per_s"] > 0
+    assert rec["chunk_bytes"] == b * c * v * 4
+    mem = rec["memory"]
+    # the naive program holds the whole logits at least once: T / c chunks or more
+    assert mem["naive_jax"]["temp_chunks"] >= t / c
+    assert mem["credax_chunked"]["temp_chunks"] < mem["naive_jax"]["temp_chunks"]
+    assert mem["credax_nnx"]["temp_bytes"] > 0
+    assert "credax_chunked/matmul_floor" in rec["ratios"]
+    md = (quick_run[0] / "speed-cpu.md").read_text()
+    assert "LM head" in md and "GFLOP/s measured in this run" in md
+
+
+def test_threads_take_effect_although_credax_imports_jax_first(quick_run):
+    # `python -m credax.bench` imports credax, which imports jax, before the CLI runs: --threads
+    # was skipped whenever jax was imported (always), so the process kept every CPU.
+    if (os.cpu_count() or 1) < 2 or not hasattr(os, "sched_getaffinity"):
+        pytest.skip("needs two CPUs and sched_getaffinity")
+    assert quick_run[1]["meta"]["machine"]["sched_affinity"] == 1
+
+
+def _bench(*argv, code=None):
+    cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "credax.bench", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_platform_takes_effect_or_fails_clearly(tmp_path):
+    # --platform tpu on a machine without a TPU: JAX cannot start that backend. It used to be
+    # ignored (JAX_PLATFORMS was set after jax had read it) and the run went on on the CPU.
+    proc = _bench("--quick", "--platform", "tpu", "--only", "grpo", "--no-torch", "--out",
+                  str(tmp_path))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "--platform tpu" in proc.stderr and not (tmp_path / "speed-cpu.json").exists()
+
+
+def test_settings_after_jax_started_are_refused():
+    # main() called in a process whose JAX already runs: --threads and --platform can no longer
+    # change anything, so the call stops with an error instead of timing with other settings.
+    code = ("import sys, jax; jax.devices()\n"
+            "from credax.bench import main\n"
+            "sys.exit(main(['--quick', '--only', 'grpo', '--no-torch', *sys.argv[1:]]))")
+    for extra in (["--platform", "gpu"], ["--threads", "1"]):
+        if extra[0] == "--threads" and len(os.sched_getaffinity(0)) < 2:
+            continue
+        proc = subprocess.run([sys.executable, "-c", code, *extra], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "already started" in proc.stderr and extra[0] in proc.stderr
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--batch", "0"], "--batch"), (["--batch", "12"], "--batch"), (["--turns", "-1"], "--turns"),
+    (["--tokens", "0"], "--tokens"), (["--token-batch", "0"], "--token-batch"),
+    (["--group-size", "0"], "--group-size"), (["--threads", "0"], "--threads"),
+    (["--threads", "100000"], "--threads"),
+])
+def test_bench_cli_validates_sizes(argv, flag):
+    proc = _bench(*argv)
+    assert proc.returncode == 2 and flag in proc.stderr and "Traceback" not in proc.stderr, (
+        proc.stderr[-2000:])
+
+
 def test_import_credax_does_not_import_the_benchmark():
     code = "import sys, credax; assert 'credax.bench' not in sys.modules; print('ok')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -205,6 +278,39 @@ def test_reference_tcpo_hand_worked():
     np.testing.assert_allclose(got, TCPO_EXPECTED, rtol=1e-12)
 
 
+def test_reference_lm_head_gradients_equal_finite_differences():
+    # The hand-written float64 gradient of the loss from hidden states against central
+    # differences of the reference's own loss value (an independent check of the algebra): one
+    # row with a ratio outside the clip range (its gradient is 0), masked positions (gradient 0).
+    rng = np.random.default_rng(5)
+    b, t, d, v = 2, 5, 3, 7
+    h = rng.standard_normal((b, t, d))
+    w = rng.standard_normal((d, v))
+    tok = rng.integers(0, v, (b, t))
+    mask = np.ones((b, t), bool)
+    mask[1, 3:] = False
+    adv = np.array([0.7, -1.3])
+    old = peers.reference_lm_head_logp(h, w, tok) + 0.1 * rng.standard_normal((b, t))
+    old[0, 1] -= 1.0  # ratio e^1 > 1.2 with A > 0: the clipped term binds
+    loss, dh, dw = peers.reference_lm_head_loss(h, w, tok, old, adv, mask, rows=3)
+    f = lambda hh, ww: peers.reference_lm_head_loss(hh, ww, tok, old, adv, mask)[0]
+    eps = 1e-6
+    num_h, num_w = np.zeros_like(h), np.zeros_like(w)
+    for idx in np.ndindex(h.shape):
+        e = np.zeros_like(h)
+        e[idx] = eps
+        num_h[idx] = (f(h + e, w) - f(h - e, w)) / (2 * eps)
+    for idx in np.ndindex(w.shape):
+        e = np.zeros_like(w)
+        e[idx] = eps
+        num_w[idx] = (f(h, w + e) - f(h, w - e)) / (2 * eps)
+    np.testing.assert_allclose(dh, num_h, atol=1e-8)
+    np.testing.assert_allclose(dw, num_w, atol=1e-8)
+    assert np.all(dh[0, 1] == 0) and np.all(dh[1, 3:] == 0)
+    assert loss == pytest.approx(peers.reference_policy_loss(
+        peers.reference_lm_head_logp(h, w, tok), old, np.repeat(adv, t).reshape(b, t), mask))
+
+
 def test_reference_broadcast_and_triage_hand_worked():
     # roles D (+1), R (-.5), unlabeled; λ = .2: .7 + .2, .7 - .1, .7; padded turn -> 0
     turn = peers.reference_triage(
@@ -259,6 +365,26 @@ def test_torch_peers_match_references():
 
     # the vectorised peer: the hand-worked case (one block of 2), then the random rows sorted
     # into blocks of 8 (the trainer layout)
+    # the chunked LM-head loss, 11 tokens in chunks of 4 (the last one short), nn.Linear layout
+    b, t, d, v = 1, 11, 4, 9
+    h = rng.standard_normal((b, t, d))
+    w = rng.standard_normal((d, v))
+    tok = rng.integers(0, v, (b, t))
+    mask = np.arange(t)[None] >= 2
+    adv = np.array([0.8])
+    old = peers.reference_lm_head_logp(h, w, tok) + 0.2 * rng.standard_normal((b, t))
+    loss, dh, dw = peers.reference_lm_head_loss(h, w, tok, old, adv, mask)
+    h_t = torch.as_tensor(h.reshape(t, d)).requires_grad_(True)
+    w_t = torch.as_tensor(np.ascontiguousarray(w.T)).requires_grad_(True)
+    got = peers.torch_lm_head_chunked(h_t, w_t, torch.as_tensor(tok.reshape(-1)),
+                                      torch.as_tensor(old.reshape(-1)),
+                                      torch.full((t,), 0.8, dtype=torch.float64),
+                                      torch.as_tensor(mask.reshape(-1).astype(np.float64)), 4)
+    # the peer computes its logits in float32 (`.float()`, as Liger does), whatever the input
+    assert float(got[0]) == pytest.approx(loss, abs=1e-6)
+    np.testing.assert_allclose(got[1].numpy(), dh.reshape(t, d), atol=1e-6)
+    np.testing.assert_allclose(got[2].numpy().T, dw, atol=1e-6)
+
     got = peers.torch_tcpo_reshape(torch.as_tensor(TCPO_S), torch.ones(2, 2, dtype=torch.bool), 2,
                                    gamma=0.5, eps=1e-6)
     np.testing.assert_allclose(got.numpy(), TCPO_EXPECTED, rtol=1e-12)

@@ -231,3 +231,42 @@ def test_data_parallel_matches_one_device(tmp_path):
     np.testing.assert_allclose(out["loss_many"], out["loss_one"], rtol=1e-6)
     assert out["grad_diff"] <= 1e-6 * max(1.0, out["grad_scale"])
     assert out["param_diff"] <= 1e-6
+
+
+def test_chunked_head_memory_bound_holds_under_the_nnx_wrapper():
+    # Compiled temporaries of nnx.value_and_grad(policy_loss_fn, chunk_size=c) on a model that is
+    # nothing but the head's inputs (hidden states and unembedding as parameters), against the
+    # functional path at the same shapes: the wrapper adds no [B, T, V]-sized buffer. One chunk of
+    # logits is B x c x V float32; the chunked programs hold two of them (the chunk's logits and
+    # their gradient) and one [D, V] buffer (the chunk's unembedding gradient before it is added
+    # to the running sum), as benchmarks/memory.py and `python -m credax.bench --only lm_head`
+    # measure; the unchunked program holds the whole logits twice (16 chunks here).
+    from credax.bench.cases import nnx_temp_bytes
+
+    class _Env:
+        jax = jax
+
+    b, t, d, v, c = 2, 64, 8, 4096, 8
+    chunk, head = b * c * v * 4, d * v * 4
+    spec = jax.ShapeDtypeStruct
+    hidden, unembedding = jnp.zeros((b, t, d)), jnp.zeros((d, v))
+    tokens = jnp.zeros((b, t), jnp.int32)
+    mask = jnp.ones((b, t), bool)
+    old, adv = jnp.zeros((b, t)), jnp.zeros((b,))
+    wrapped = nnx_temp_bytes(_Env, hidden, unembedding, tokens, old, adv, mask, c)
+
+    def functional(h, w, tok, od, a, m):
+        lp = credax.token_logprobs_from_hidden(h, w, tok, chunk_size=c, mask=m)
+        return credax.policy_loss(lp, od, a, m).loss
+
+    def temp(chunk_size):
+        f = functional if chunk_size else (lambda h, w, tok, od, a, m: credax.policy_loss(
+            credax.token_logprobs_from_hidden(h, w, tok, mask=m), od, a, m).loss)
+        args = [spec(x.shape, x.dtype) for x in (hidden, unembedding, tokens, old, adv, mask)]
+        grad = jax.jit(jax.value_and_grad(f, argnums=(0, 1)))
+        return grad.lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+    plain, whole = temp(c), temp(None)
+    assert whole >= 8 * chunk, whole / chunk  # the analysis counts [B, T, V] buffers
+    assert plain <= 2.1 * chunk + head, (plain - head) / chunk
+    assert wrapped <= plain + 0.05 * chunk, (wrapped - plain) / chunk

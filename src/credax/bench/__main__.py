@@ -27,6 +27,16 @@ from pathlib import Path
 from .cases import CASES, PRESETS
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
+    return value
+
+
 def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--preset", choices=PRESETS, default="default",
@@ -34,11 +44,11 @@ def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | N
                         "(only the sizes the targets are read at), gpu (accelerator sizes, the "
                         "whole run under 5 minutes on one GPU)")
     p.add_argument("--quick", action="store_true", help="same as --preset quick")
-    p.add_argument("--batch", type=int, default=None, help="B of the GRPO / TCPO cases and sweep")
-    p.add_argument("--turns", type=int, default=None, help="K, turns per trajectory")
-    p.add_argument("--tokens", type=int, default=None, help="T, tokens per trajectory")
-    p.add_argument("--token-batch", type=int, default=None, help="B of the token cases")
-    p.add_argument("--group-size", type=int, default=None, help="rollouts per prompt (default 8)")
+    p.add_argument("--batch", type=_positive_int, default=None, help="B of the GRPO / TCPO cases and sweep")
+    p.add_argument("--turns", type=_positive_int, default=None, help="K, turns per trajectory")
+    p.add_argument("--tokens", type=_positive_int, default=None, help="T, tokens per trajectory")
+    p.add_argument("--token-batch", type=_positive_int, default=None, help="B of the token cases")
+    p.add_argument("--group-size", type=_positive_int, default=None, help="rollouts per prompt (default 8)")
     p.add_argument("--platform", choices=("cpu", "gpu", "cuda", "rocm", "tpu"), default=None,
                    help="set JAX_PLATFORMS before JAX starts (default: JAX's own choice)")
     p.add_argument("--device", choices=("cpu", "gpu"), default=None,
@@ -48,7 +58,7 @@ def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | N
     p.add_argument("--out", type=Path, default=default_out,
                    help="output directory (default: ./credax-bench, a temporary one with --quick)")
     p.add_argument("--reps", type=int, default=None, help="repetitions per implementation (>= 7)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=_positive_int, default=None,
                    help="restrict the process to this many CPUs (affinity) and torch to this many "
                         "threads (default: each library's own). On a shared machine use 1: an "
                         "oversubscribed torch thread pool can make a parallel op 100x slower")
@@ -68,18 +78,63 @@ def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | N
     args.only = ",".join("sweep" if s.strip() == "compile" else s for s in args.only.split(","))
     if args.reps is not None and args.reps < 7:
         p.error("--reps must be at least 7")
+    if args.threads is not None and hasattr(os, "sched_getaffinity"):
+        available = len(os.sched_getaffinity(0))
+        if args.threads > available:
+            p.error(f"--threads {args.threads}: this process may run on {available} CPU(s)")
+    group = args.group_size or 8
+    for flag, value in (("--batch", args.batch),):
+        if value is not None and value % group:
+            p.error(f"{flag} {value} must be a multiple of the group size {group} "
+                    "(--group-size, default 8)")
     unknown = {s.strip() for s in args.only.split(",") if s.strip()} - set(CASES)
     if unknown:
         p.error(f"--only: unknown cases {sorted(unknown)}; choose from {','.join(CASES)}")
     return args
 
 
-def _before_jax(args) -> None:
-    """Environment that must be set before JAX initialises its backend."""
-    if "jax" in sys.modules:
-        return
+def _backends_started() -> bool:
+    """Whether this process's JAX has already created its backends (then platform, XLA flags and
+    thread pools are fixed). ``import jax`` alone does not create them: ``import credax`` (and so
+    ``python -m credax.bench``) imports jax, and the settings below still take effect."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # pragma: no cover - a jax without this private helper
+        return True
+
+
+def _before_jax(args) -> str | None:
+    """Set what must be set before JAX creates its backends: ``--platform`` and ``--threads``.
+
+    Returns an error message when a requested setting can no longer take effect: JAX's backends
+    were already created in this process (``credax.bench.main`` called after JAX ran something),
+    on another platform or with more CPUs than ``--threads``. Nothing is changed silently."""
+    if _backends_started():
+        import jax
+
+        wrong = []
+        if args.platform is not None:
+            want = "gpu" if args.platform in ("cuda", "rocm") else args.platform
+            if jax.default_backend() != want:
+                wrong.append(f"--platform {args.platform} (JAX already runs on "
+                             f"{jax.default_backend()!r})")
+        if args.threads is not None and hasattr(os, "sched_getaffinity"):
+            allowed = len(os.sched_getaffinity(0))
+            if allowed != args.threads:
+                wrong.append(f"--threads {args.threads} (XLA's thread pools were sized for "
+                             f"{allowed} CPUs)")
+        if wrong:
+            return ("JAX's backends were already started in this process, so "
+                    + " and ".join(wrong) + " cannot take effect. Run `python -m credax.bench` "
+                    "in a fresh process, or set JAX_PLATFORMS / the CPU affinity before JAX starts.")
+        return None
     if args.platform is not None:
         os.environ["JAX_PLATFORMS"] = args.platform
+        if "jax" in sys.modules:  # jax read JAX_PLATFORMS when it was imported: set its config
+            sys.modules["jax"].config.update("jax_platforms", args.platform)
     if args.threads is not None:
         # XLA sizes its CPU thread pools from the affinity mask; torch is set after import.
         if hasattr(os, "sched_setaffinity"):
@@ -88,19 +143,28 @@ def _before_jax(args) -> None:
         if args.threads == 1:
             flags = "--xla_cpu_multi_thread_eigen=false"
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
+    return None
 
 
 def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv, prog, default_out)
-    _before_jax(args)
+    error = _before_jax(args)
+    if error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
 
     import jax
 
     from . import cases, report
     from .harness import Runner, copy_bandwidth, machine_info, now
 
-    backend = jax.default_backend()
+    try:
+        backend = jax.default_backend()
+    except RuntimeError as exc:  # e.g. --platform gpu on a machine whose JAX has no GPU
+        print(f"ERROR: --platform {args.platform}: JAX could not start that backend ({exc}).",
+              file=sys.stderr)
+        return 2
     if args.require is not None and backend != args.require:
         print(f"ERROR: --require {args.require}, but JAX's default backend is {backend!r} "
               f"(devices: {jax.devices()}). Install the matching jax (e.g. 'jax[cuda12]').")
@@ -152,6 +216,9 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
     if want("loss"):
         for t in cfg.token_lengths:
             cases.case_policy_loss(env, runner, t)
+    if want("lm_head"):
+        for shape in cfg.lm_head:
+            cases.case_lm_head(env, runner, *shape)
     sweep = (cases.run_sweep(env, cfg, bw["bytes_per_s"], args.entries, profile=args.profile)
              if want("sweep") else [])
 

@@ -9,6 +9,11 @@ Peer cases (credax against NumPy and, with torch installed, the torch implementa
 * ``triage_broadcast``: TRIAGE turn advantages broadcast to tokens, against a fresh copy (the floor);
 * ``policy_loss`` / ``policy_loss_grad``: the clipped surrogate with ``[B, T]`` token advantages
   against ``[B, K]`` turn advantages gathered inside the loss.
+* ``lm_head``: ``jax.value_and_grad`` of the policy loss from hidden states through an
+  unembedding at LLM vocabulary sizes — credax's chunked ``token_logprobs_from_hidden`` +
+  ``policy_loss`` against the naive full log-softmax, a fused variant (experimental, in this file),
+  a Liger-style chunked torch loss and the floor of the same run: the three LM-head GEMMs as plain
+  ``jnp.dot`` calls; with compiled temporaries and process peak memory per chunk of logits.
 
 The sweep times every public entry point of credax alone at one size per preset: steady time,
 compile time, recompiles on a second call and on a changed hyperparameter, bytes moved, GB/s and
@@ -31,8 +36,11 @@ from .harness import (
     Impl,
     Runner,
     as_numpy,
+    call_peak_bytes,
     compiled_memory,
     device_memory,
+    fmt_bytes,
+    fmt_time,
     measure_compile,
     nbytes,
     persistent_cache_first_call,
@@ -49,13 +57,18 @@ TCPO_OPTIONS = dict(ddof=0, eps_mode="sqrt", eps=EPS, singleton="raw")
 TCPO_GAMMA = 0.9
 
 PRESETS = ("quick", "default", "targets", "gpu")
+# LM-head shapes (B, T, D, V, chunk_size): the batch of sequences, their length, the hidden width,
+# the vocabulary and the positions per chunk (a chunk of logits is B x chunk x V; four chunks).
+# Each is 2.1e9 multiply-adds per GEMM: about 0.15 s for the floor on a quiet 2-CPU machine.
+LM_HEAD_CPU = [(2, 128, 256, 32768, 32), (1, 128, 256, 131072, 32)]
+
 # Public functions the sweep does not time, and why (host-side data plumbing, not credit math).
 NOT_TIMED = {
     "read_rollouts": "file I/O (reads a JSONL rollout dump)",
     "write_rollouts": "file I/O (writes a JSONL rollout dump)",
     "pad_rollouts": "host-side Python over ragged rollouts, before any array exists",
 }
-CASES = ("grpo", "tcpo", "triage", "loss", "sweep")
+CASES = ("grpo", "tcpo", "triage", "loss", "lm_head", "sweep")
 
 
 def make_config(preset: str = "default", device: str = "cpu", reps: int | None = None,
@@ -67,6 +80,7 @@ def make_config(preset: str = "default", device: str = "cpu", reps: int | None =
             preset=preset, device=device, reps=reps or 7, min_sample_s=0.0005, impl_budget_s=2.0,
             skip_call_s=5.0, grpo_sizes=[64, 512], tcpo_sizes=[(128, 8)],
             token_batch=16, token_lengths=[1024], num_turns=8, copy_mib=4,
+            lm_head=[(2, 16, 16, 256, 4)],
             sweep=dict(B=64, K=4, G=8, Bt=4, T=64, M=3, LB=2, LT=16, V=64, D=16),
         )
     elif preset == "default":
@@ -75,6 +89,7 @@ def make_config(preset: str = "default", device: str = "cpu", reps: int | None =
             skip_call_s=60.0, grpo_sizes=[512, 4096, 65536],
             tcpo_sizes=[(b, k) for b in (512, 4096) for k in (8, 16, 32)],
             token_batch=512, token_lengths=[1024, 4096, 16384], num_turns=16, copy_mib=64,
+            lm_head=LM_HEAD_CPU,
             sweep=dict(B=4096, K=16, G=8, Bt=64, T=2048, M=4, LB=4, LT=256, V=2048, D=256),
         )
     elif preset == "targets":  # exactly the sizes of the targets of evaluate_targets
@@ -82,6 +97,7 @@ def make_config(preset: str = "default", device: str = "cpu", reps: int | None =
             preset=preset, device=device, reps=reps or 9, min_sample_s=0.02, impl_budget_s=40.0,
             skip_call_s=60.0, grpo_sizes=[65536], tcpo_sizes=[(4096, 16)],
             token_batch=512, token_lengths=[16384], num_turns=16, copy_mib=64,
+            lm_head=LM_HEAD_CPU,
             sweep=dict(B=4096, K=16, G=8, Bt=64, T=2048, M=4, LB=4, LT=256, V=2048, D=256),
         )
     elif preset == "gpu":  # sized for one accelerator, the whole run in well under 5 minutes
@@ -90,6 +106,7 @@ def make_config(preset: str = "default", device: str = "cpu", reps: int | None =
             skip_call_s=20.0, grpo_sizes=[4096, 65536, 1 << 18],
             tcpo_sizes=[(4096, 16), (65536, 16)],
             token_batch=512, token_lengths=[4096, 16384], num_turns=16, copy_mib=512,
+            lm_head=[(4, 512, 2048, 32768, 128), (4, 512, 2048, 131072, 128)],
             sweep=dict(B=65536, K=16, G=8, Bt=512, T=4096, M=4, LB=8, LT=512, V=16384, D=1024),
         )
     else:
@@ -488,6 +505,226 @@ def case_policy_loss(env: Env, runner: Runner, length: int) -> None:
                     [("turn_advantages", "token_advantages")], rtol=1e-4, atol=1e-5)
 
 
+def fused_chunked_policy_loss(env: Env, chunk_size: int):
+    """EXPERIMENTAL, not public API: the policy loss from hidden states with its gradient computed
+    in the forward pass, chunk by chunk (Liger-Kernel's scheme, in JAX).
+
+    ``credax.token_logprobs_from_hidden(chunk_size=c)`` followed by ``credax.policy_loss`` must
+    recompute each chunk's logits in the backward pass (the loss's gradient is not known when the
+    log-probs are computed): four ``[N, D] x [D, V]``-sized GEMMs. Here each chunk's loss is
+    differentiated inside the forward scan — its log-probs, its share of the token-mean loss
+    (``normalizer`` = the batch's valid count) and the gradients w.r.t. the chunk's hidden states
+    and the unembedding — so the logits are computed once: three GEMMs, the floor. Returns
+    ``f(hidden, unembedding, tokens, old_logp, advantages, mask) -> (loss, (d hidden, d W))``,
+    jitted; ``advantages`` per row ``[B]``; ``T`` must be a multiple of ``chunk_size``.
+    """
+    jax, jnp, credax = env.jax, env.jnp, env.credax
+
+    def chunk_loss(h, w, tok, old, adv, m, count):
+        lp = credax.token_logprobs_from_hidden(h, w, tok, mask=m)
+        return credax.policy_loss(lp, old, adv, m, normalizer=count).loss
+
+    grad = jax.value_and_grad(chunk_loss, argnums=(0, 1))
+
+    def loss_and_grads(hidden, unembedding, tokens, old_logp, advantages, mask):
+        batch, length, dim = hidden.shape
+        count = jnp.maximum(jnp.sum(mask), 1).astype(jnp.float32)
+        n = length // chunk_size
+
+        def chunks(x):
+            return jnp.moveaxis(x.reshape(batch, n, chunk_size, *x.shape[2:]), 1, 0)
+
+        def step(carry, xs):
+            loss, dw = carry
+            h, tok, old, m = xs
+            value, (dh, dw_chunk) = grad(h, unembedding, tok, old, advantages, m, count)
+            return (loss + value, dw + dw_chunk), dh
+
+        init = (jnp.zeros((), jnp.float32), jnp.zeros_like(unembedding))
+        (loss, dw), dh = jax.lax.scan(step, init, tuple(map(chunks, (hidden, tokens, old_logp,
+                                                                    mask))))
+        return loss, (jnp.moveaxis(dh, 0, 1).reshape(batch, length, dim), dw)
+
+    return jax.jit(loss_and_grads)
+
+
+def nnx_temp_bytes(env: Env, hidden, unembedding, tokens, old_logp, advantages, mask,
+                   chunk_size: int) -> int | None:
+    """Compiled temporaries of ``nnx.value_and_grad(credax.nnx.policy_loss_fn)`` on a model that
+    returns ``(hidden, unembedding)`` (both parameters, so nothing but the loss is in the program),
+    with ``chunk_size``; ``None`` without flax."""
+    try:
+        from flax import nnx
+    except Exception:  # pragma: no cover - flax is the nnx extra
+        return None
+    import functools
+
+    import credax.nnx as cnnx
+
+    class Head(nnx.Module):
+        def __init__(self):
+            self.hidden, self.unembedding = nnx.Param(hidden), nnx.Param(unembedding)
+
+    graph, state = nnx.split(Head())
+    batch = cnnx.PolicyBatch(tokens, mask, old_logp, advantages)
+    apply = lambda m, _: (m.hidden[...], m.unembedding[...])
+    loss_fn = functools.partial(cnnx.policy_loss_fn, apply=apply, chunk_size=chunk_size)
+
+    def step(state, batch):
+        model = nnx.merge(graph, state)
+        (loss, _), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, batch)
+        return loss, grads
+
+    compiled = env.jax.jit(step).lower(state, batch).compile()
+    return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
+def case_lm_head(env: Env, runner: Runner, batch: int, length: int, dim: int, vocab: int,
+                 chunk_size: int) -> dict:
+    """``value_and_grad`` of the policy loss from hidden states through the unembedding."""
+    jax, jnp, credax, peers, torch = env.jax, env.jnp, env.credax, env.peers, env.torch
+    if length % chunk_size:
+        raise ValueError(f"lm_head: T={length} must be a multiple of chunk_size={chunk_size}.")
+    tokens_n = batch * length
+    params = {"B": batch, "T": length, "D": dim, "V": vocab, "chunk": chunk_size,
+              "tokens": tokens_n}
+    rng = np.random.default_rng(vocab + length + dim)
+    hidden = rng.standard_normal((batch, length, dim), dtype=np.float32)
+    unembedding = (rng.standard_normal((dim, vocab), dtype=np.float32) / np.sqrt(dim)).astype(
+        np.float32)
+    tokens = rng.integers(0, vocab, size=(batch, length)).astype(np.int32)
+    mask = np.arange(length)[None, :] >= length // 8            # the prompt is not trained on
+    mask = mask & (np.arange(length)[None, :] < length - rng.integers(0, length // 8 + 1, (batch, 1)))
+    advantages = rng.standard_normal(batch).astype(np.float32)
+    # the behaviour policy's log-probs: the current ones (float64) moved by a little noise, so
+    # that some ratios leave the clip range
+    lp64 = peers.reference_lm_head_logp(hidden, unembedding, tokens)
+    old = (lp64 + 0.15 * rng.standard_normal((batch, length))).astype(np.float32)
+    loss64, dh64, dw64 = peers.reference_lm_head_loss(hidden, unembedding, tokens, old, advantages,
+                                                      mask)
+    sh, sw = float(np.abs(dh64).max()) or 1.0, float(np.abs(dw64).max()) or 1.0
+    # one flat vector: the loss, then each gradient divided by its largest reference entry, so
+    # one tolerance reads as "relative to the gradient's scale"
+    flat = lambda loss, dh, dw: np.concatenate([np.atleast_1d(np.float64(loss)),
+                                                np.ravel(dh) / sh, np.ravel(dw) / sw])
+    reference = flat(loss64, dh64, dw64)
+    jax_out = lambda out: flat(np.asarray(out[0]), np.asarray(out[1][0]), np.asarray(out[1][1]))
+
+    h_j, w_j, tok_j, old_j, adv_j, m_j = map(env.put, (hidden, unembedding, tokens, old, advantages,
+                                                        mask))
+
+    def credax_loss(h, w, tok, od, adv, m):
+        lp = credax.token_logprobs_from_hidden(h, w, tok, chunk_size=chunk_size, mask=m)
+        return credax.policy_loss(lp, od, adv, m).loss
+
+    def naive_loss(h, w, tok, od, adv, m):
+        logits = jnp.einsum("btd,dv->btv", h, w)
+        lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[..., None], axis=-1)[..., 0]
+        return credax.policy_loss(lp, od, adv, m).loss
+
+    chunked = jax.jit(jax.value_and_grad(credax_loss, argnums=(0, 1)))
+    naive = jax.jit(jax.value_and_grad(naive_loss, argnums=(0, 1)))
+    fused = fused_chunked_policy_loss(env, chunk_size)
+    args = (h_j, w_j, tok_j, old_j, adv_j, m_j)
+    # the floor: the three GEMMs of the head, forward and backward, as plain jnp.dot calls
+    h2 = h_j.reshape(tokens_n, dim)
+    g2 = env.put(rng.standard_normal((tokens_n, vocab), dtype=np.float32))
+    gemms = [(jax.jit(lambda a, b: jnp.dot(a, b)), (h2, w_j)),        # logits = h W
+             (jax.jit(lambda g, b: jnp.dot(g, b.T)), (g2, w_j)),      # d h = d logits Wᵀ
+             (jax.jit(lambda a, g: jnp.dot(a.T, g)), (h2, g2))]       # d W = hᵀ d logits
+    block = jax.block_until_ready
+
+    def floor():
+        return [block(f(*a)) for f, a in gemms]
+
+    impls = [
+        Impl("credax_chunked", env.jax_run(chunked, *args),
+             f"credax token_logprobs_from_hidden(chunk_size={chunk_size}) + policy_loss, "
+             "value_and_grad", jax_out),
+        Impl("naive_jax", env.jax_run(naive, *args),
+             "JAX full logits + log_softmax + the same policy_loss, value_and_grad", jax_out),
+        Impl("credax_fused_experimental", env.jax_run(fused, *args),
+             "experimental: the chunk's gradient computed in the forward scan (3 GEMMs)", jax_out),
+        Impl("matmul_floor", floor, "floor: the 3 LM-head GEMMs as plain jnp.dot calls",
+             lambda out: reference),
+    ]
+    notes = []
+    if torch is not None:
+        h_t = env.t(hidden.reshape(tokens_n, dim)).requires_grad_(True)
+        w_t = env.t(np.ascontiguousarray(unembedding.T)).requires_grad_(True)  # nn.Linear [V, D]
+        tok_t = env.t(tokens.reshape(-1).astype(np.int64))
+        old_t, m_t = env.t(old.reshape(-1)), env.t(mask.reshape(-1).astype(np.float32))
+        adv_t = env.t(np.repeat(advantages, length))
+        impls.append(Impl(
+            "torch_chunked", env.torch_run(peers.torch_lm_head_chunked, h_t, w_t, tok_t, old_t,
+                                           adv_t, m_t, batch * chunk_size),
+            f"torch chunked loss, Liger style ({batch * chunk_size} tokens a chunk)",
+            lambda out: flat(float(out[0]), as_numpy(out[1]), as_numpy(out[2]).T)))
+    else:
+        notes.append(env.torch_note)
+    tol = 1e-4 if env.jax_device.platform == "cpu" else 2e-2  # accelerators: TF32 GEMMs by default
+    if tol > 1e-4:
+        notes.append(f"tolerance {tol} of each gradient's scale on {env.jax_device.platform} "
+                     "(JAX's default float32 matmul precision there is not full float32)")
+    ratios = [("credax_chunked", "matmul_floor"), ("naive_jax", "matmul_floor"),
+              ("credax_fused_experimental", "matmul_floor"), ("torch_chunked", "matmul_floor"),
+              ("torch_chunked", "credax_chunked"), ("naive_jax", "credax_chunked"),
+              ("credax_chunked", "credax_fused_experimental"),
+              ("torch_chunked", "credax_fused_experimental")]
+    rec = runner.run_case("lm_head", params, tokens_n, "tokens", reference, impls, ratios,
+                          rtol=tol, atol=tol, notes=notes)
+
+    # the floor's own figures: FLOPs and the GEMM rate this run measured
+    flops = 3 * 2 * tokens_n * dim * vocab
+    floor_s = rec["results"].get("matmul_floor", {}).get("median_s")
+    rec["gemm"] = {"flops": flops, "floor_median_s": floor_s,
+                   "gflop_per_s": None if not floor_s else flops / floor_s / 1e9}
+    # memory, per chunk of logits (B x chunk x V float32)
+    chunk_bytes = batch * chunk_size * vocab * 4
+    rec["chunk_bytes"] = chunk_bytes
+    rec["unembedding_bytes"] = dim * vocab * 4
+    runs = {i.name: i.run for i in impls if i.name in rec["results"]}
+    compiled = {"credax_chunked": chunked, "naive_jax": naive, "credax_fused_experimental": fused}
+    memory = {}
+    for name, run in runs.items():
+        entry: dict[str, Any] = {}
+        if name in compiled:
+            c = compiled_memory(compiled[name], *args) or {}
+            entry["temp_bytes"] = c.get("temp_size_in_bytes")
+        elif name == "matmul_floor":
+            temps = [(compiled_memory(f, *a) or {}).get("temp_size_in_bytes") for f, a in gemms]
+            entry["temp_bytes"] = None if None in temps else max(temps)
+        gc.collect()
+        peak = call_peak_bytes(run)
+        entry["process_peak_bytes"], entry["process_peak_how"] = peak["bytes"], peak["how"]
+        memory[name] = entry
+    nnx_temp = nnx_temp_bytes(env, h_j, w_j, tok_j, old_j, adv_j, m_j, chunk_size)
+    if nnx_temp is not None:
+        memory["credax_nnx"] = {"temp_bytes": nnx_temp}
+    for name, entry in memory.items():
+        for key in ("temp_bytes", "process_peak_bytes"):
+            if entry.get(key) is not None:
+                entry[key.replace("_bytes", "_chunks")] = entry[key] / chunk_bytes
+        if name in ("credax_chunked", "credax_fused_experimental", "credax_nnx") and entry.get(
+                "temp_bytes") is not None:
+            # what is left once the one [D, V] buffer of a chunk's unembedding gradient (the
+            # GEMM's output, before it is added to the running sum) is taken out
+            entry["temp_less_unembedding_chunks"] = (entry["temp_bytes"]
+                                                     - rec["unembedding_bytes"]) / chunk_bytes
+    rec["memory"] = memory
+    print(f"  GEMM floor: {flops / 1e9:.2f} GFLOP in {fmt_time(floor_s)} -> "
+          f"{rec['gemm']['gflop_per_s'] or 0:.1f} GFLOP/s; one chunk of logits "
+          f"{fmt_bytes(chunk_bytes)}, the [D, V] unembedding {fmt_bytes(rec['unembedding_bytes'])}")
+    for name, entry in memory.items():
+        t, p = entry.get("temp_chunks"), entry.get("process_peak_chunks")
+        u = entry.get("temp_less_unembedding_chunks")
+        print(f"  memory {name:<26} temporaries "
+              f"{'—' if t is None else f'{t:.2f}'} chunks"
+              f"{'' if u is None else f' ({u:.2f} without the [D, V] gradient buffer)'}, "
+              f"process peak {'—' if p is None else f'{p:.2f}'} chunks")
+    return rec
+
+
 # ------------------------------------------------------------------------------------------------
 # the entry-point sweep
 # ------------------------------------------------------------------------------------------------
@@ -601,6 +838,19 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         (r2, s2, anchors2, m2, g2), {"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5})
     add("shrinkage_baseline", credax.shrinkage_baseline, (r1, g1), (r2, g2))
     add("shrinkage_advantages", credax.shrinkage_advantages, (r1, g1), (r2, g2))
+    if hasattr(credax, "gpg_advantages"):
+        add("gpg_advantages", credax.gpg_advantages, (r1, g1), (r2, g2), {"f_norm": 1.0},
+            {"f_norm": 0.5})
+    if hasattr(credax, "unbiased_turn_advantages"):
+        add("unbiased_turn_advantages", credax.unbiased_turn_advantages, (s1, m1, g1), (s2, m2, g2),
+            {"gamma": 1.0}, {"gamma": 0.9})
+    if hasattr(credax, "reinforce_pp_advantages"):
+        add("reinforce_pp_advantages", credax.reinforce_pp_advantages, (t1[0], t1[2]),
+            (t2[0], t2[2]), {"gamma": 1.0}, {"gamma": 0.9})
+    if hasattr(credax, "reinforce_pp_baseline_advantages"):
+        g_tok = credax.groups(put(np.arange(bt, dtype=np.int32) // 2))  # pairs of token rows
+        add("reinforce_pp_baseline_advantages", credax.reinforce_pp_baseline_advantages,
+            (t1[1][:, 0], g_tok, t1[2]), (t2[1][:, 0], g_tok, t2[2]))
     # diagnostics
     add("anchor_hit_ratio", credax.anchor_hit_ratio, (anchors1, m1, g1), (anchors2, m2, g2))
     add("credit_by_role", credax.credit_by_role, (s1, roles1, m1), (s2, roles2, m2))
@@ -747,6 +997,21 @@ def evaluate_targets(cases: list[dict], sweep: list[dict]) -> list[dict]:
           "credax_groups/torch_vectorized", "<=", 1.0)
     ratio("TRIAGE+broadcast 8M tokens: credax / copy floor", "triage_broadcast", {"T": 16384},
           "credax_triage_broadcast/copy_floor", "<=", 2.5)
+    for vocab in (32768, 131072):
+        v = f"V={vocab // 1024}k"
+        ratio(f"LM head {v}: credax chunked value_and_grad / the 3 LM-head GEMMs (matmul floor)",
+              "lm_head", {"V": vocab}, "credax_chunked/matmul_floor", "<=", 1.3)
+        ratio(f"LM head {v}: torch chunked (Liger style) / credax chunked (speed-up)", "lm_head",
+              {"V": vocab}, "torch_chunked/credax_chunked", ">=", 1.0)
+        rec = _find(cases, "lm_head", V=vocab)
+        for impl, what in (("credax_chunked", "credax chunked"), ("credax_nnx", "credax.nnx")):
+            mem = (rec or {}).get("memory", {}).get(impl, {})
+            value = mem.get("temp_chunks")
+            targets.append({"target": f"LM head {v}: {what} value_and_grad compiled temporaries, "
+                            "in chunks of logits", "case": "lm_head", "params": {"V": vocab},
+                            "measured": value, "op": "<=", "threshold": 2.0,
+                            "met": None if value is None else value <= 2.0,
+                            "without_unembedding_buffer": mem.get("temp_less_unembedding_chunks")})
     tc = [r for r in sweep if r["fn"] == "tcpo_advantages"]
     value = tc[0]["compile_total_s"] if tc else None
     targets.append({"target": "compile of tcpo_advantages (trace + lower + XLA), seconds",

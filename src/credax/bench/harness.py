@@ -58,6 +58,8 @@ class Config:
     # sizes of the entry-point sweep: B, K, G, token batch, T, alternatives M, and the log-prob
     # shapes (batch, length, vocabulary, hidden width)
     sweep: dict[str, int] = field(default_factory=dict)
+    # the LM-head case: (B, T, D, V, chunk_size) per run
+    lm_head: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
     @property
     def quick(self) -> bool:
@@ -522,6 +524,53 @@ def compiled_memory(jitted, *args, **kwargs) -> dict | None:
     except Exception:  # pragma: no cover - backend specific
         pass
     return out or None
+
+
+def _proc_status_kib(*keys: str) -> dict[str, int] | None:
+    try:
+        with open("/proc/self/status") as f:
+            found = {k: int(line.split()[1]) for line in f for k in keys if line.startswith(k + ":")}
+    except OSError:
+        return None
+    return found if len(found) == len(keys) else None
+
+
+def call_peak_bytes(run: Callable[[], Any]) -> dict:
+    """Peak memory one call of ``run`` adds to the process, as the operating system or the device
+    counts it: ``{"bytes": int | None, "how": str}``.
+
+    On Linux the process's resident-set high-water mark is reset (``/proc/self/clear_refs``, value
+    5), ``run()`` is called once, and the peak is the high-water mark minus the resident set just
+    before the call (its inputs, already resident, are not counted; memory the allocator kept
+    from earlier calls and reuses is not counted either). On a device that reports
+    ``memory_stats`` the peak is ``peak_bytes_in_use`` after the call minus ``bytes_in_use``
+    before it, which is exact only while no earlier call of the process peaked higher.
+    """
+    import jax
+
+    if jax.devices()[0].platform == "cpu":
+        before = _proc_status_kib("VmRSS")
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            before = None
+        if before is not None:
+            run()
+            after = _proc_status_kib("VmHWM")
+            if after is not None:
+                return {"bytes": max(0, after["VmHWM"] - before["VmRSS"]) * 1024,
+                        "how": "resident-set high-water mark during the call minus the resident set "
+                               "before it (/proc/self/clear_refs)"}
+        return {"bytes": None, "how": "not measurable here (no /proc/self/clear_refs)"}
+    mem = device_memory()
+    if mem is None:
+        return {"bytes": None, "how": "the device reports no memory_stats"}
+    run()
+    after = device_memory()
+    return {"bytes": max(0, after[1] - mem[0]),
+            "how": "device peak_bytes_in_use after the call minus bytes_in_use before (exact only "
+                   "while no earlier call peaked higher)"}
 
 
 # ------------------------------------------------------------------------------------------------

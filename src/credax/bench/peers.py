@@ -24,6 +24,11 @@ peer                             style of
 ``numpy_triage_take``            the same with ``np.take_along_axis``
 ``copy_floor``                   not a peer but the floor: ``src.copy()`` of a float32 ``[B, T]``
                                  array reads and writes as many bytes as a token broadcast must
+``torch_lm_head_chunked``        Liger-Kernel's chunked PPO/GRPO loss (``fused_linear_ppo``): an
+                                 ``autograd.Function`` whose forward walks chunks of tokens and, per
+                                 chunk, computes the logits, log-softmax, the clipped surrogate and
+                                 ``autograd.grad`` of it, accumulating the unembedding gradient in
+                                 place; its backward only scales the stored gradients
 ===============================  ==================================================================
 
 torch is optional (the ``bench`` extra, ``torch==2.13.0``): without it ``HAVE_TORCH`` is false and the
@@ -201,6 +206,61 @@ def reference_policy_loss(logp, old_logp, token_advantages, mask, *, clip_low=0.
     clipped = -adv * np.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = np.maximum(unclipped, clipped)
     return float(per_token[mask].sum() / mask.sum())
+
+
+def reference_lm_head_logp(hidden, unembedding, tokens, *, rows: int = 256) -> np.ndarray:
+    """``log softmax(hidden @ unembedding)[token]`` in float64, ``[B, T]``, in blocks of ``rows``."""
+    batch, length, dim = np.shape(hidden)
+    h = np.asarray(hidden, dtype=np.float64).reshape(-1, dim)
+    w = np.asarray(unembedding, dtype=np.float64)
+    tok = np.asarray(tokens).reshape(-1)
+    out = np.empty(h.shape[0])
+    for start in range(0, h.shape[0], rows):
+        logits = h[start : start + rows] @ w
+        top = logits.max(axis=1, keepdims=True)
+        lse = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        out[start : start + rows] = logits[np.arange(logits.shape[0]), tok[start : start + rows]] - lse
+    return out.reshape(batch, length)
+
+
+def reference_lm_head_loss(hidden, unembedding, tokens, old_logp, advantages, mask, *,
+                           clip_low: float = 0.2, clip_high: float = 0.2, rows: int = 256):
+    """The policy loss from hidden states and its gradients, in float64: ``(loss, d hidden, d W)``.
+
+    ``logits = hidden @ unembedding`` (``[B, T, D] @ [D, V]``), ``logp = logits[token] -
+    logsumexp(logits)``, then :func:`reference_policy_loss` (token-mean over ``mask``) with a
+    per-row advantage ``advantages[b]``. The gradient is written out by hand: per valid token
+    ``dℓ/dlogp = -A·r`` where the unclipped term is the larger one (inside the clip range both are
+    equal; a ratio exactly on a bound gets the full gradient), ``0`` where the clipped term binds,
+    divided by the number of valid tokens; ``d logits = dℓ/dlogp · (onehot - softmax)``,
+    ``d hidden = d logits @ Wᵀ``, ``d W = Σ hiddenᵀ @ d logits``. Walked in blocks of ``rows``
+    tokens so the float64 logits of the whole batch never exist at once.
+    """
+    batch, length, dim = np.shape(hidden)
+    h = np.asarray(hidden, dtype=np.float64).reshape(-1, dim)
+    w = np.asarray(unembedding, dtype=np.float64)
+    tok = np.asarray(tokens).reshape(-1)
+    old = np.asarray(old_logp, dtype=np.float64).reshape(-1)
+    adv = np.repeat(np.asarray(advantages, dtype=np.float64), length)
+    valid = np.asarray(mask, dtype=bool).reshape(-1)
+    count = max(int(valid.sum()), 1)
+    loss, dh, dw = 0.0, np.zeros_like(h), np.zeros_like(w)
+    for start in range(0, h.shape[0], rows):
+        sl = slice(start, start + rows)
+        logits = h[sl] @ w
+        top = logits.max(axis=1, keepdims=True)
+        lse = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        logp = logits[np.arange(logits.shape[0]), tok[sl]] - lse
+        ratio = np.exp(np.clip(logp - old[sl], -20.0, 20.0))
+        unclipped = -adv[sl] * ratio
+        clipped = -adv[sl] * np.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+        loss += float(np.maximum(unclipped, clipped)[valid[sl]].sum()) / count
+        g = np.where(valid[sl] & (unclipped >= clipped), -adv[sl] * ratio, 0.0) / count
+        dlogits = -np.exp(logits - lse[:, None]) * g[:, None]
+        dlogits[np.arange(logits.shape[0]), tok[sl]] += g
+        dh[sl] = dlogits @ w.T
+        dw += h[sl].T @ dlogits
+    return loss, dh.reshape(batch, length, dim), dw
 
 
 # ------------------------------------------------------------------------------------------------
@@ -418,3 +478,68 @@ def torch_triage_gather(outcome_adv, roles, turn_mask, token_turn, lam: float, c
         turn_adv = torch.where(turn_mask, outcome_adv[:, None] + lam * bonus, 0.0)
         picked = torch.gather(turn_adv, 1, token_turn.clamp_min(0))
         return torch.where(token_turn >= 0, picked, 0.0)
+
+
+_LM_HEAD_FUNCTION = None
+
+
+def _lm_head_function():
+    """The ``torch.autograd.Function`` of :func:`torch_lm_head_chunked`, built once torch is loaded."""
+    global _LM_HEAD_FUNCTION
+    if _LM_HEAD_FUNCTION is not None:
+        return _LM_HEAD_FUNCTION
+
+    class ChunkedPolicyLoss(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, hidden, weight, tokens, old_logp, advantages, mask, chunk, clip_low,
+                    clip_high):
+            count = mask.sum().clamp_min(1)
+            loss_acc = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            grad_weight = torch.zeros_like(weight)
+            grad_inputs = []
+            for h_c, t_c, o_c, a_c, m_c in zip(*(x.split(chunk) for x in (
+                    hidden, tokens, old_logp, advantages, mask)), strict=True):
+                with torch.enable_grad():
+                    h_c = h_c.detach().requires_grad_(True)
+                    w = weight.detach().requires_grad_(True)
+                    logits = (h_c @ w.t()).float()
+                    logp = torch.log_softmax(logits, dim=-1).gather(-1, t_c[:, None])[:, 0]
+                    ratio = torch.exp(torch.clamp(logp - o_c, -20.0, 20.0))
+                    per_token = torch.maximum(-a_c * ratio,
+                                              -a_c * torch.clamp(ratio, 1 - clip_low, 1 + clip_high))
+                    chunk_loss = (per_token * m_c).sum() / count
+                    g_h, g_w = torch.autograd.grad(chunk_loss, [h_c, w])
+                grad_weight.add_(g_w)
+                grad_inputs.append(g_h)
+                loss_acc.add_(chunk_loss.detach())
+            ctx.save_for_backward(torch.cat(grad_inputs), grad_weight)
+            return loss_acc
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            grad_input, grad_weight = ctx.saved_tensors
+            return (grad_input * grad_output, grad_weight * grad_output, *([None] * 7))
+
+    _LM_HEAD_FUNCTION = ChunkedPolicyLoss
+    return _LM_HEAD_FUNCTION
+
+
+def torch_lm_head_chunked(hidden, weight, tokens, old_logp, advantages, mask, chunk: int, *,
+                          clip_low: float = 0.2, clip_high: float = 0.2):
+    """The clipped policy loss from hidden states in chunks of ``chunk`` tokens, and its gradients.
+
+    In the style of Liger-Kernel's chunked PPO loss (``LigerFusedLinearPPOBase``): the forward pass
+    of an ``autograd.Function`` walks the flattened tokens chunk by chunk and, for each, computes the
+    logits ``h @ Wᵀ`` (the ``nn.Linear`` layout, ``weight`` is ``[V, D]``), ``log_softmax`` +
+    ``gather``, the clipped surrogate summed over the chunk's valid tokens and divided by the
+    batch's valid count, and ``torch.autograd.grad`` of that chunk loss; the unembedding gradient is
+    accumulated in place, the input gradients are kept. The backward pass scales them. Arguments
+    are flattened over tokens: ``hidden [N, D]`` and ``weight`` require grad; ``tokens`` int64
+    ``[N]``; ``old_logp``, ``advantages`` (per token), ``mask`` (float) ``[N]``.
+
+    Returns ``(loss, d hidden [N, D], d weight [V, D])`` as a training step would read them.
+    """
+    fn = _lm_head_function()
+    loss = fn.apply(hidden, weight, tokens, old_logp, advantages, mask, chunk, clip_low, clip_high)
+    grad_hidden, grad_weight = torch.autograd.grad(loss, [hidden, weight])
+    return loss.detach(), grad_hidden, grad_weight

@@ -46,7 +46,10 @@ def render_markdown(data: dict) -> str:
         "triage_broadcast": "TRIAGE turn advantages + broadcast to tokens (K = 16)",
         "policy_loss": "policy_loss forward (token-mean clipped surrogate)",
         "policy_loss_grad": "policy_loss value_and_grad w.r.t. logp",
+        "lm_head": "LM head: value_and_grad of the policy loss from hidden states [B, T, D] through "
+                   "the unembedding [D, V] (float32)",
     }
+    size_keys = ("B", "K", "T", "D", "V", "chunk")
     for case, recs in by_case.items():
         impls = []
         for rec in recs:
@@ -59,8 +62,7 @@ def render_markdown(data: dict) -> str:
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for rec in recs:
-            size = ", ".join(f"{k}={v}" for k, v in rec["params"].items()
-                             if k in ("B", "K", "T"))
+            size = ", ".join(f"{k}={v}" for k, v in rec["params"].items() if k in size_keys)
             row = [size]
             for name in impls:
                 r = rec["results"].get(name)
@@ -77,8 +79,7 @@ def render_markdown(data: dict) -> str:
             lines.append("| size | " + " | ".join(ratio_keys) + " |")
             lines.append("|" + "---|" * (len(ratio_keys) + 1))
             for rec in recs:
-                size = ", ".join(f"{k}={v}" for k, v in rec["params"].items()
-                                 if k in ("B", "K", "T"))
+                size = ", ".join(f"{k}={v}" for k, v in rec["params"].items() if k in size_keys)
                 cells = []
                 for key in ratio_keys:
                     v = rec["ratios"].get(key)
@@ -94,6 +95,9 @@ def render_markdown(data: dict) -> str:
                 f"{name} {r['roofline_fraction']:.2f} ({fmt_bytes(r['bytes_moved'])})"
                 for rec, name, r in roof if name.startswith(("credax", "copy", "output", "token", "turn"))))
             lines.append("")
+        for rec in recs:
+            if "memory" in rec:
+                lines += [_lm_head_memory(rec), ""]
         notes = [f"{rec['params']}: {n}" for rec in recs for n in rec["notes"]]
         if notes:
             lines += ["Notes: " + "; ".join(notes), ""]
@@ -145,6 +149,29 @@ def render_markdown(data: dict) -> str:
         lines += ["", "Skipped: " + "; ".join(f"{s['case']} {s['params']}: {s['reason']}"
                                             for s in data["skipped"])]
     return "\n".join(lines) + "\n"
+
+
+def _lm_head_memory(rec: dict) -> str:
+    """One line of the LM-head case: the floor's GEMM rate and each implementation's memory, in
+    chunks of logits."""
+    p, g = rec["params"], rec.get("gemm", {})
+    rate = g.get("gflop_per_s")
+    parts = []
+    for name, m in rec["memory"].items():
+        t, u, pk = (m.get(k) for k in ("temp_chunks", "temp_less_unembedding_chunks",
+                                       "process_peak_chunks"))
+        cell = f"{name} temporaries {'—' if t is None else f'{t:.2f}'}"
+        if u is not None:
+            cell += f" ({u:.2f} without the [D, V] gradient buffer)"
+        if pk is not None:
+            cell += f", process peak {pk:.2f}"
+        parts.append(cell)
+    return (f"B={p['B']}, T={p['T']}, D={p['D']}, V={p['V']}, chunk={p['chunk']}: the floor is "
+            f"{g.get('flops', 0) / 1e9:.1f} GFLOP (3 GEMMs of 2·N·D·V) in "
+            f"{fmt_time(g.get('floor_median_s'))}, "
+            f"{'—' if rate is None else f'{rate:.1f}'} GFLOP/s measured in this run. Memory in "
+            f"chunks of logits ({fmt_bytes(rec['chunk_bytes'])}; the [D, V] unembedding is "
+            f"{fmt_bytes(rec['unembedding_bytes'])}): " + "; ".join(parts) + ".")
 
 
 def plot(data: dict, path: Path) -> bool:
@@ -259,6 +286,9 @@ def _target_value(t: dict) -> str:
     """A target's measured value as the tables show it: ``1.91× [1.62–2.20]`` for a ratio with
     its per-repetition spread (runs written before the spread was recorded have none)."""
     v = t["measured"]
+    if isinstance(v, float) and "without_unembedding_buffer" in t:
+        w = t["without_unembedding_buffer"]
+        return f"{v:.3g} chunks" + ("" if w is None else f" ({w:.3g} without the [D, V] buffer)")
     if isinstance(v, float):
         shown = f"{v:.3g}" + ("" if t["case"] == "sweep" else "×")
         if t.get("spread"):
