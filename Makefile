@@ -23,10 +23,11 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# The suite also tests credax.torch and credax.verl against the real torch and verl: the torch and
-# verl extras, then verl itself without its declared (heavy, GPU-training) dependencies.
+# The suite also tests credax.torch, credax.verl and credax.tunix against the real torch, verl and
+# Tunix: the torch, verl and tunix extras, then verl itself without its declared (heavy,
+# GPU-training) dependencies.
 $(TEST_STAMP): pyproject.toml $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,torch,verl]'
+	$(PY) -m pip install --quiet -e '.[dev,torch,verl,tunix]'
 	$(PY) -m pip install --quiet --no-deps '$(VERL_PIN)'
 	touch $(TEST_STAMP)
 

@@ -16,7 +16,7 @@ import tomllib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "credax"
 # Distribution name -> import name, where they differ.
-IMPORT_NAME = {}
+IMPORT_NAME = {"google_tunix": "tunix"}
 
 
 def _requirement_names(requirements) -> set[str]:
@@ -56,7 +56,7 @@ def _module_level_imports(paths) -> set[str]:
 
 
 # Optional modules and the extra that provides what they import (never imported by `import credax`).
-OPTIONAL = {"testing": "testing", "torch": "torch", "verl": "verl"}
+OPTIONAL = {"testing": "testing", "torch": "torch", "verl": "verl", "tunix": "tunix"}
 
 
 def _optional(path: pathlib.Path) -> str | None:
@@ -102,7 +102,7 @@ def test_dev_is_a_superset_of_every_light_extra():
     extras = _project()["optional-dependencies"]
     dev = _requirement_names(extras["dev"])
     for name, reqs in extras.items():
-        if name not in {"dev", "bench", "torch", "verl", "gpu"}:  # heavy or hardware-specific
+        if name not in {"dev", "bench", "torch", "verl", "tunix", "gpu"}:  # heavy or hardware-specific
             assert _requirement_names(reqs) <= dev, name
     assert "chex" in dev  # the compile-once tests count traces with chex.assert_max_traces
 
