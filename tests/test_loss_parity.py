@@ -86,8 +86,9 @@ def verl_gspo_grad(logp, old, adv, mask, *, clip=0.2):
     return per_token * m
 
 
-def trl_reference(logp, old, adv, mask, ref, *, loss_type, beta, bias_kl=False, eps=0.2,
-                  max_len=T, level="token"):
+def trl_reference(logp, old, adv, mask, ref, *, loss_type, beta, bias_kl=True, eps=0.2,
+                  max_len=T, level="token", delta=None):
+    """TRL 1.16 ``_compute_loss`` (``use_bias_correction_kl`` defaults to True there)."""
     a = adv[:, None]
     m = mask.astype(np.float64)
     log_ratio = logp - old
@@ -95,7 +96,8 @@ def trl_reference(logp, old, adv, mask, ref, *, loss_type, beta, bias_kl=False, 
         log_ratio = ((log_ratio * m).sum(-1) / np.maximum(m.sum(-1), 1.0))[:, None]
     coef_1 = np.exp(log_ratio)
     coef_2 = np.clip(coef_1, 1 - eps, 1 + eps)
-    ptl = -np.minimum(coef_1 * a, coef_2 * a)
+    capped = coef_1 if delta is None else np.minimum(coef_1, delta)  # TRL: torch.clamp(max=delta)
+    ptl = -np.minimum(capped * a, coef_2 * a)
     kl = np.exp(ref - logp) - (ref - logp) - 1
     if bias_kl:
         kl = kl * coef_1
@@ -187,6 +189,13 @@ def test_trl_bias_corrected_kl(seed):
                                         bias_kl=True)
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
+    # And without it (use_bias_correction_kl=False): the plain k3 term.
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.04,
+                         **presets.trl_loss("dapo", use_bias_correction_kl=False))
+    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
+                                        bias_kl=False)
+    np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(CASES))
@@ -200,6 +209,60 @@ def test_trl_sequence_level(seed):
                                         level="sequence")
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
+
+
+def test_trl_default_is_bias_corrected_kl():
+    # TRL 1.16 GRPOConfig: use_bias_correction_kl defaults to True (trl/trainer/grpo_config.py).
+    assert presets.trl_loss()["kl_ratio_weight"] is True
+    assert presets.TRL_LOSS["kl_ratio_weight"] is True
+    assert presets.trl_loss(use_bias_correction_kl=False)["kl_ratio_weight"] is False
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_trl_sequence_level_bias_corrected_kl(seed):
+    # At sequence level TRL weights each token's KL by coef_1 = exp(mean_t log-ratio) of its row,
+    # whose gradient reaches every token of the row (not the GSPO-token ratio of the surrogate).
+    options = presets.trl_loss("grpo", num_rows=B, importance_sampling_level="sequence")
+    _assert_trl(seed, 0.15, options, loss_type="grpo", level="sequence")
+
+
+def _assert_trl(seed, spread, options, **reference):
+    """credax with ``options`` against ``trl_reference(**reference)`` at beta 0.04: loss and
+    finite-difference gradient."""
+    logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=spread))
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
+    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, beta=0.04, **reference)  # noqa: E731
+    np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_trl_delta(seed):
+    # Large gaps so that r > δ = 1.5 binds on some negative-advantage tokens (random: no exact tie).
+    options = presets.trl_loss("dapo", delta=1.5)
+    assert options["ratio_cap"] == 1.5 and options["dual_clip"] is None
+    _assert_trl(seed, 1.5, options, loss_type="dapo", delta=1.5)
+
+
+def test_trl_delta_at_the_tie_is_not_the_dual_clip():
+    # logp = log 3, old = 0 (r = 3), A = -1, δ = c = 3. Both losses are -A·δ = 3.
+    # TRL: -min(clamp(r, max=3)·A, clip(r, .8, 1.2)·A) = -min(-3, -1.2) = 3 from the first branch;
+    #   torch.clamp passes the gradient at the bound: d/dlogp (-A·r) = r = 3.
+    # verl's dual clip: min(max(-A·r, -A·1.2), -A·3) = min(3, 3), a tie: torch.minimum (and
+    #   jnp.minimum) split it, 3/2 = 1.5.
+    logp = np.array([[np.log(3.0)]], np.float32)
+    z, adv, m = np.zeros((1, 1), np.float32), np.array([-1.0], np.float32), np.ones((1, 1), bool)
+
+    def grad(**kw):
+        f = lambda lp: credax.policy_loss(lp, z, adv, m, **kw).loss  # noqa: E731
+        return float(f(jnp.asarray(logp))), float(jax.grad(f)(jnp.asarray(logp))[0, 0])
+
+    assert grad(**presets.trl_loss("dapo", delta=3.0)) == pytest.approx((3.0, 3.0), rel=1e-6)
+    assert grad(dual_clip=3.0) == pytest.approx((3.0, 1.5), rel=1e-6)
+    with pytest.raises(ValueError, match="ratio_cap"):
+        credax.policy_loss(logp, z, adv, m, ratio_cap=3.0, dual_clip=3.0)
+    with pytest.raises(ValueError, match="ratio_cap"):
+        credax.policy_loss(logp, z, adv, m, ratio_cap=1.0)
 
 
 def test_trl_grpo_divides_by_all_rows():

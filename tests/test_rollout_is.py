@@ -93,6 +93,68 @@ def test_parity_with_verl_rollout_is():
     assert verl_rollout_is_max_diff(cases=40) < 1e-5
 
 
+def test_sequence_fractions_count_sequences_hand_worked():
+    # Rows' log-ratio sums: log 3 (2 tokens), log 3 (1 token), 0 (3 tokens), and an empty row.
+    # Threshold 2: two of the three sequences are above (log 3 > log 2): frac_high = 2/3, as verl
+    # counts at sequence level; the token count would give 3/6 (credax before issue #30).
+    old = np.zeros((4, 3), np.float32)
+    roll = np.array([[-np.log(3.0), 0, 0], [-np.log(3.0), 0, 0], [0, 0, 0], [0, 0, 0]], np.float32)
+    mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], bool)
+    adv = np.ones((4, 3), np.float32)
+    out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll, rollout_is="sequence")
+    np.testing.assert_allclose(out.metrics.rollout_is_frac_high, 2 / 3, rtol=1e-6)
+    np.testing.assert_allclose(out.metrics.rollout_is_frac_low, 0.0)
+    # Token level keeps counting tokens: 2 of the 6 valid tokens are above 2.
+    out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll, rollout_is="token")
+    np.testing.assert_allclose(out.metrics.rollout_is_frac_high, 2 / 6, rtol=1e-6)
+
+
+def test_metrics_match_verls_own_function():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("verl")
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+    for case in range(12):
+        logp, old, roll, adv, mask = batch(100 + case, shape=(5, 6))
+        mask[:, 0] = True  # verl divides its sequence fractions by every row: keep none empty
+        level, threshold = ["token", "sequence"][case % 2], [2.0, 1.5][case % 3 % 2]
+        z = lambda x, m=mask: np.where(m, x, 0.0).astype(np.float32)  # noqa: E731
+        _, metrics = compute_rollout_correction_weights(
+            torch.from_numpy(z(old) - z(roll)), torch.from_numpy(mask.astype(np.float32)),
+            rollout_is=level, rollout_is_threshold=threshold)
+        out = credax.policy_loss(logp, old, adv, mask, rollout_logp=roll, rollout_is=level,
+                                 rollout_is_threshold=threshold).metrics
+        for ours, theirs in ((out.rollout_is_frac_high, "rollout_is_ratio_fraction_high"),
+                             (out.rollout_is_frac_low, "rollout_is_ratio_fraction_low"),
+                             (out.rollout_is_mean, "rollout_is_mean")):
+            np.testing.assert_allclose(float(ours), metrics[theirs], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"case {case} {theirs}")
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_infinite_log_probs(level):
+    # Row 0: old = rollout = -inf at token 1 (the same impossible token: ratio 1). Row 1: rollout
+    # -inf at token 0 (log-ratio +inf -> +20) and old -inf at token 1 (-inf -> -20): both signs in
+    # one row, where verl gives NaN. Weights, token level: (1, 1, 1) and (min(e^20, 2) = 2,
+    # e^-20, 1); sequence level: row sums 0 and +20 - 20 + 0 = 0, so every weight is 1.
+    ninf = -np.inf
+    old = np.array([[-1.0, ninf, -1.0], [-1.0, ninf, -1.0]], np.float32)
+    roll = np.array([[-1.0, ninf, -1.0], [ninf, -1.0, -1.0]], np.float32)
+    logp = np.full((2, 3), -1.0, np.float32)
+    adv, mask = np.ones((2, 3), np.float32), np.ones((2, 3), bool)
+    f = lambda x: credax.policy_loss(x, old, adv, mask, rollout_logp=roll, rollout_is=level)  # noqa: E731
+    out = f(jnp.asarray(logp))
+    w = {"token": np.array([[1, 1, 1], [2, np.exp(-20.0), 1]]), "sequence": np.ones((2, 3))}[level]
+    np.testing.assert_allclose(float(out.metrics.rollout_is_mean), w.mean(), rtol=1e-6)
+    assert np.isfinite(float(out.loss))
+    assert bool(jnp.all(jnp.isfinite(jax.grad(lambda x: f(x).loss)(jnp.asarray(logp)))))
+    # NaN is not an infinity: it stays NaN (no finite garbage).
+    bad = roll.copy()
+    bad[0, 0] = np.nan
+    assert np.isnan(float(credax.policy_loss(logp, old, adv, mask, rollout_logp=bad,
+                                             rollout_is=level).loss))
+
+
 def test_masked_values_never_matter_and_no_gradient_through_weights():
     logp, old, roll, adv, mask = batch(3)
     f = lambda x, r: credax.policy_loss(x, old, adv, mask, rollout_logp=r).loss  # noqa: E731

@@ -341,14 +341,17 @@ class PolicyMetrics(NamedTuple):
         sequence ratio of each token's row with ``ratio="sequence"``).
       rollout_is_mean: mean over valid tokens of the truncated rollout-correction weight (``1``
         without ``rollout_logp``, ``0`` for an empty mask; verl's ``rollout_is_mean``).
-      rollout_is_frac_high: fraction of valid tokens whose untruncated weight exceeds
+      rollout_is_frac_high: fraction of valid tokens (``rollout_is="token"``) or of sequences
+        with a valid token (``"sequence"``, as verl counts them) whose untruncated weight exceeds
         ``rollout_is_threshold`` (truncated; verl's ``rollout_is_ratio_fraction_high``).
-      rollout_is_frac_low: fraction below ``1 / rollout_is_threshold`` (verl's
+      rollout_is_frac_low: the same fraction below ``1 / rollout_is_threshold`` (verl's
         ``rollout_is_ratio_fraction_low``).
       entropy: the aggregated ``entropy`` input (same ``agg``/``normalizer``), ``0`` without it.
 
-    Token fractions and means use the local valid-token count (they are diagnostics; average them
-    across micro-batches by token count if you need a global figure).
+    Token fractions and means use the local valid-token count, sequence fractions the local count
+    of non-empty rows (they are diagnostics; average them across micro-batches by that count if
+    you need a global figure). verl divides its sequence fractions by every row, empty ones
+    included: the two agree when no row is empty.
     """
 
     policy_loss: Array
@@ -387,6 +390,12 @@ def _check_policy_args(a) -> None:
         check_concrete(a["dual_clip"], "dual_clip", lambda v: v > 1,
                        "be > 1 (it caps the ratio of negative-advantage tokens; "
                        "`dual_clip=None` disables it)")
+    if a["ratio_cap"] is not None:
+        check_concrete(a["ratio_cap"], "ratio_cap", lambda v: v > 1 and math.isfinite(v),
+                       "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)")
+        if a["dual_clip"] is not None:
+            raise ValueError("`ratio_cap` (TRL's delta) and `dual_clip` (verl's dual clip) both bound "
+                             "the loss of negative-advantage tokens; pass one of them.")
     coef = check_concrete(a["kl_coef"], "kl_coef", lambda v: v >= 0 and math.isfinite(v),
                           "be >= 0 and finite")
     if a["kl_clamp"] is not None:
@@ -459,6 +468,7 @@ def policy_loss(
     clip_low: float | Float[Array, ""] = 0.2,
     clip_high: float | Float[Array, ""] = 0.2,
     dual_clip: float | Float[Array, ""] | None = None,
+    ratio_cap: float | Float[Array, ""] | None = None,
     agg: str = "token-mean",
     normalizer: float | Float[Array, ""] | None = None,
     ref_logp: Float[Array, "B T"] | None = None,
@@ -481,6 +491,7 @@ def policy_loss(
 
         ℓ = max(-A·r, -A·clip(r, 1 - clip_low, 1 + clip_high))
         ℓ = min(ℓ, -A·dual_clip)                if dual_clip and A < 0
+        ℓ = max(-A·min(r, ratio_cap), -A·clip(r, 1 - clip_low, 1 + clip_high))   with ratio_cap
         loss = aggregate(ℓ, agg, normalizer) + kl_coef · aggregate(KL_est(logp, ref_logp), ...)
 
     * ``ratio="token"`` (PPO, GRPO, DAPO): ``r = exp(clamp(logp - old_logp, ±20))``.
@@ -492,7 +503,11 @@ def policy_loss(
       advantages (choice made for multi-turn credit). GSPO's paper uses clip ranges ~3e-4/4e-4.
     * ``clip_high > clip_low`` is DAPO's clip-higher. ``dual_clip=c`` (``c > 1``) bounds the loss of
       negative-advantage tokens at ``-A·c`` (Ye et al. 2020); positive-advantage tokens are never
-      dual-clipped.
+      dual-clipped. ``ratio_cap=δ`` is TRL's ``delta`` (INTELLECT-2's two-sided clipping): the
+      unclipped branch's ratio is capped, ``min(r, δ)`` with ``torch.clamp``'s gradient. Both give
+      ``-A·δ`` beyond the bound and no gradient there; they differ exactly *on* it (``r = δ``,
+      ``A < 0``): the dual clip takes the minimum of two equal losses and splits the gradient as
+      ``torch.minimum`` does in verl (``-A·r/2``), the cap passes it whole as TRL does (``-A·r``).
 
     ``old_logp``, ``advantages`` and ``ref_logp`` are constants (``stop_gradient``); the gradient
     flows through ``logp`` only. Where a bound binds, the token's gradient is exactly zero; a
@@ -518,6 +533,8 @@ def policy_loss(
       clip_low, clip_high: ratio bounds ``1 - clip_low`` and ``1 + clip_high``; ``0 < clip_low <
         1``, ``clip_high > 0``. May be traced.
       dual_clip: ``None`` or ``c > 1`` (verl always uses 3.0). May be traced.
+      ratio_cap: ``None`` or ``δ > 1``: TRL's ``delta`` (see above); not together with
+        ``dual_clip``. May be traced. ``metrics.dual_clip_frac`` then counts ``A < 0, r > δ``.
       agg: aggregation mode of :func:`aggregate` (static).
       normalizer: global denominator for :func:`aggregate`; required with
         ``agg="seq-mean-token-sum-norm"``.
@@ -531,8 +548,11 @@ def policy_loss(
         verl's token clamp) or a pair ``(lo, hi)``; verl's GSPO clamps at ``(-inf, 10.0)``
         (``credax.presets``). Full gradient on the bound, none beyond. May be traced.
       kl_clamp: optional bound of the per-token KL value (verl clamps k3 at 10). May be traced.
-      kl_ratio_weight: static; multiply the per-token KL by the ratio ``r`` (differentiable), TRL's
-        ``use_bias_correction_kl`` (the KL of tokens sampled from ``π_old`` estimated for ``π``).
+      kl_ratio_weight: static; multiply the per-token KL by the ratio (differentiable), TRL's
+        ``use_bias_correction_kl`` (the KL of tokens sampled from ``π_old`` estimated for ``π``):
+        the token's ``r`` with ``ratio="token"``; with ``ratio="sequence"`` the row's sequence ratio
+        ``s_b`` itself, whose gradient flows through the row's mean log-ratio to every token (TRL's
+        ``coef_1``), not the GSPO-token ``r_{b,t}`` the surrogate uses (same value, other gradient).
       rollout_logp: optional ``float[B, T]`` log-probs of the rollout (inference) engine that
         sampled the tokens, when they differ from the trainer's ``old_logp`` (the
         rollout/training mismatch). Each token's loss is multiplied by the truncated weight
@@ -540,6 +560,10 @@ def policy_loss(
         or by the row's ``min(exp(Σ_t (old_logp - rollout_logp)), threshold)`` (``"sequence"``),
         a constant (no gradient); log-ratios are clamped to ``±20`` first. ``w`` is exactly ``1``
         where the two log-probs agree. verl's ``rollout_is`` / ``rollout_is_threshold`` (TIS).
+        Infinite log-probs (verl gives NaN for the first and last): both ``-inf`` is ratio 1;
+        ``rollout_logp = -inf`` alone is a log-ratio of ``+20`` (weight ``threshold``),
+        ``old_logp = -inf`` alone ``-20`` (weight ``e^-20``); at sequence level each infinite token
+        enters the row's sum as ``±20``, so a row with both signs stays finite. NaN gives NaN.
       rollout_is: ``"token"`` or ``"sequence"`` (static).
       rollout_is_threshold: truncation ``C > 0`` of the weights (verl default 2.0). May be traced.
       entropy: optional ``float[B, T]`` per-token entropies (e.g. :func:`token_entropy`, which
@@ -593,7 +617,8 @@ def policy_loss(
     # against 47-54 ms, 48 against 40 MiB). The forward pass alone is unchanged, and so are the
     # values and gradients (bit-identical in that measurement: the same operations, recomputed).
     # tests/test_memory.py holds the temporaries; docs/speed-log.md has the measurement.
-    hyper = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, normalizer=normalizer,
+    hyper = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, ratio_cap=ratio_cap,
+                 normalizer=normalizer,
                  ref_logp=ref_logp, kl_coef=kl_coef, token_turn=token_turn,
                  rollout_logp=rollout_logp, rollout_is_threshold=rollout_is_threshold,
                  entropy=entropy, entropy_coef=entropy_coef, log_ratio_clamp=log_ratio_clamp,
@@ -607,7 +632,7 @@ def policy_loss(
     return jax.checkpoint(loss_of)(logp, old_logp, advantages, mask, hyper)
 
 
-def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, dual_clip, agg,
+def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, dual_clip, ratio_cap, agg,
                       normalizer, ref_logp, kl_coef, kl_estimator, ratio, token_turn, rollout_logp,
                       rollout_is, rollout_is_threshold, entropy, entropy_coef, log_ratio_clamp,
                       kl_clamp, kl_ratio_weight) -> PolicyLoss:
@@ -646,13 +671,18 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, 
         # π/sg(π) in log space; 0 (not -inf - -inf) at a token of probability 0.
         own = jnp.where(jnp.isfinite(lp), lp - sg(lp), jnp.zeros_like(lp))
         log_r = _checks.clip_closed(sg(seq)[:, None] + own, clamp_lo, clamp_hi)
+        # The row's own sequence ratio, differentiable through the mean (TRL's coef_1): the KL
+        # weight of kl_ratio_weight at sequence level.
+        seq_ratio = jnp.exp(_checks.clip_closed(seq, clamp_lo, clamp_hi))[:, None]
     log_r = _checks.select(mask, log_r)
     r = jnp.exp(log_r)
 
     low = 1 - _checks.scalar(clip_low, dtype, "clip_low")
     high = 1 + _checks.scalar(clip_high, dtype, "clip_high")
     # torch.clamp's gradient (full on the bound), then max's even split of ties as torch.maximum.
-    token_loss = jnp.maximum(-adv * r, -adv * _checks.clip_closed(r, low, high))
+    unclipped = r if ratio_cap is None else _checks.clip_closed(
+        r, jnp.zeros((), dtype), _checks.scalar(ratio_cap, dtype, "ratio_cap"))
+    token_loss = jnp.maximum(-adv * unclipped, -adv * _checks.clip_closed(r, low, high))
     negative = adv < 0
     if dual_clip is not None:
         c = _checks.scalar(dual_clip, dtype, "dual_clip")
@@ -661,9 +691,17 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, 
         # Rollout correction (verl rollout_is): the rollout engine sampled from π_rollout, the
         # surrogate's old policy is the trainer's π_old; weight each token by the truncated ratio.
         roll = sg(_checks.select(mask, _token_array(rollout_logp, "rollout_logp", shape, dtype)))
-        log_w = old - roll
+        # -inf - -inf is ratio 1 (_log_ratio); a lone infinity is clipped to ±20 per token before
+        # a sequence sum, so a row holding both signs is finite, not inf - inf = NaN.
+        raw_log_w = _log_ratio(old, roll)
+        if rollout_is == "token":
+            log_w = jnp.clip(raw_log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        else:
+            log_w = jnp.where(jnp.isinf(raw_log_w), jnp.sign(raw_log_w) * LOG_RATIO_CLAMP, raw_log_w)
+        log_w = _checks.select(mask, log_w)
         if rollout_is == "sequence":
-            log_w = jnp.broadcast_to(jnp.sum(log_w, axis=-1, keepdims=True), shape)
+            seq_log_w = jnp.sum(log_w, axis=-1)
+            log_w = jnp.broadcast_to(seq_log_w[:, None], shape)
         log_w = _checks.select(mask, jnp.clip(log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
         w_raw = jnp.exp(log_w)
         threshold = _checks.scalar(rollout_is_threshold, dtype, "rollout_is_threshold")
@@ -677,8 +715,9 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, 
         kl_tokens = _kl_values(lp, ref, kl_estimator, kl_clamp_value)
         if kl_ratio_weight:
             # TRL's use_bias_correction_kl: the KL of tokens sampled from π_old, importance-weighted
-            # by the (differentiable) ratio π/π_old.
-            kl_tokens = kl_tokens * r
+            # by the (differentiable) ratio π/π_old: per token, or the row's sequence ratio.
+            weight = r if ratio == "token" else _checks.select(mask, jnp.broadcast_to(seq_ratio, shape))
+            kl_tokens = kl_tokens * weight
         kl = aggregate_values(kl_tokens, mask, agg, normalizer)
         loss = pg + _checks.scalar(kl_coef, dtype, "kl_coef") * kl
     else:
@@ -709,17 +748,33 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, 
         kl=sg(kl),
         clip_frac_low=fraction(negative & (rv < low)),
         clip_frac_high=fraction((adv > 0) & (rv > high)),
-        dual_clip_frac=zero if dual_clip is None else fraction(negative & (rv > c)),
+        dual_clip_frac=(fraction(negative & (rv > c)) if dual_clip is not None else
+                        fraction(negative & (rv > _checks.scalar(ratio_cap, dtype, "ratio_cap")))
+                        if ratio_cap is not None else zero),
         approx_kl=token_mean(_k3_kernel(sg(_checks.select(mask, jnp.clip(
             delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))))),
         # mean of r over valid tokens = 1 + mean of (r - 1), and r - 1 is exactly 0 off the mask.
         mean_ratio=jnp.where(count > 0, 1 + token_mean(rv - 1), zero),
     )
     if rollout_logp is not None:
+        if rollout_is == "token":
+            frac_high = fraction(mask & (log_w > jnp.log(threshold)))
+            frac_low = fraction(mask & (log_w < -jnp.log(threshold)))
+        else:
+            # verl counts sequences here (its log-ratio sum before the ±20 clamp), not tokens;
+            # rows with no valid token are not sequences.
+            rows = jnp.any(mask, axis=-1)
+            num_rows = jnp.sum(rows, dtype=dtype)
+
+            def row_fraction(cond):
+                return _checks.safe_div(jnp.sum(rows & cond, dtype=dtype), num_rows, num_rows > 0)
+
+            frac_high = row_fraction(seq_log_w > jnp.log(threshold))
+            frac_low = row_fraction(seq_log_w < -jnp.log(threshold))
         metrics = metrics._replace(
             rollout_is_mean=jnp.where(count > 0, 1 + token_mean(_checks.select(mask, is_w - 1)), zero),
-            rollout_is_frac_high=fraction(mask & (log_w > jnp.log(threshold))),
-            rollout_is_frac_low=fraction(mask & (log_w < -jnp.log(threshold))),
+            rollout_is_frac_high=frac_high,
+            rollout_is_frac_low=frac_low,
         )
     else:
         one = jnp.where(count > 0, jnp.ones((), dtype), zero)  # 0 for an empty mask, as mean_ratio

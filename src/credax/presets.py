@@ -101,7 +101,8 @@ def trl_loss(
     importance_sampling_level: str = "token",
     epsilon: float = 0.2,
     epsilon_high: float | None = None,
-    use_bias_correction_kl: bool = False,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = True,
 ) -> MappingProxyType:
     """The ``policy_loss`` options that reproduce TRL ``GRPOTrainer`` for one ``loss_type``.
 
@@ -121,11 +122,18 @@ def trl_loss(
     on one process with one micro-batch). TRL additionally divides ``grpo``/``bnpo``/``dr_grpo``
     losses by the gradient-accumulation steps, a constant factor left to the caller.
 
-    The surrogate is ``-min(r·A, clip(r, 1 - ε, 1 + ε_high)·A)``, no dual clip (TRL's ``delta``
-    two-sided clip is ``dual_clip=delta``), KL ``k3`` without a value clamp;
-    ``use_bias_correction_kl`` multiplies it by the ratio (``kl_ratio_weight``, TRL's default is
-    off). TRL does not clamp the log-ratio before ``exp``; credax keeps its ±20 clamp, so the two
-    agree for ``|logp - old_logp| <= 20`` (beyond it TRL's ratio is ``e^20``-large or ``inf``).
+    The surrogate is ``-min(r·A, clip(r, 1 - ε, 1 + ε_high)·A)``, no dual clip; TRL's ``delta``
+    (two-sided clipping, ``min(r, δ)`` in the first branch) is ``ratio_cap=delta`` — not
+    ``dual_clip=delta``, which differs from it exactly at ``r = δ`` (see :func:`credax.policy_loss`).
+    KL ``k3`` without a value clamp; ``use_bias_correction_kl`` multiplies it by the ratio
+    (``kl_ratio_weight``; at sequence level by the row's sequence ratio, as TRL does). TRL 1.16's
+    ``GRPOConfig`` default is ``use_bias_correction_kl=True`` (the 1.10 development tree still had
+    ``False``), and so is this function's; the KL term only acts with ``kl_coef`` (TRL's ``beta``,
+    default 0) and ``ref_logp``. TRL does not clamp the log-ratio before ``exp``; credax keeps its
+    ±20 clamp, so the two agree for ``|logp - old_logp| <= 20`` (beyond it TRL's ratio is
+    ``e^20``-large or ``inf``). TRL 1.16 also rescales ``dapo``'s ``num_items_in_batch`` by
+    ``gradient_accumulation_steps / steps_per_generation`` (1 with its defaults): fold that factor
+    into ``num_items_in_batch`` if you change either.
 
     Raises:
       ValueError: unknown ``loss_type`` or ``importance_sampling_level``; ``dr_grpo`` without
@@ -145,7 +153,7 @@ def trl_loss(
                          f"{importance_sampling_level!r}.")
     options = dict(
         clip_low=epsilon, clip_high=epsilon if epsilon_high is None else epsilon_high,
-        dual_clip=None, ratio=importance_sampling_level, log_ratio_clamp=20.0,
+        dual_clip=None, ratio_cap=delta, ratio=importance_sampling_level, log_ratio_clamp=20.0,
         kl_estimator="k3", kl_clamp=None, kl_ratio_weight=bool(use_bias_correction_kl),
     )
     if loss_type == "grpo":
@@ -165,7 +173,7 @@ def trl_loss(
     return MappingProxyType(options)
 
 
-TRL_LOSS = trl_loss("dapo")  # TRL's default loss_type, one process, one micro-batch
+TRL_LOSS = trl_loss("dapo")  # TRL 1.16's defaults: loss_type dapo, bias-corrected KL; one process
 
 __all__ = ["HGPO_VERL_AGENT", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "VERL", "VERL_DR_GRPO",
            "VERL_GSPO_LOSS", "VERL_LOSS", "trl", "trl_loss"]
