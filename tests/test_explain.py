@@ -19,7 +19,8 @@ import pytest
 import credax
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "rollouts" / "agent_tasks.jsonl"
+EXAMPLE = ROOT / "src" / "credax" / "data" / "agent_tasks.jsonl"
+GENERATOR = ROOT / "examples" / "rollouts" / "make_agent_tasks.py"
 METHODS = "grpo,rloo,tcpo,triage,gigpo,mt_grpo"
 CHROMIUM = "/usr/bin/chromium"
 
@@ -44,7 +45,7 @@ def test_example_file_is_what_its_generator_writes(tmp_path):
     # The shipped file is reproducible from the script next to it.
     import runpy
 
-    gen = runpy.run_path(str(EXAMPLE.parent / "make_agent_tasks.py"))
+    gen = runpy.run_path(str(GENERATOR))
     credax.write_rollouts(tmp_path / "x.jsonl", gen["rollouts"]())
     assert (tmp_path / "x.jsonl").read_text() == EXAMPLE.read_text()
 
@@ -148,7 +149,7 @@ def test_html_page_in_headless_chromium(explained, chromium, tmp_path):
     n_groups = len(list(out_dir.glob("group_*.png")))
     assert n_groups == 4
     # The page's own load handler counts images that decoded (naturalWidth > 0).
-    assert f"images loaded: {n_groups}/{n_groups}" in dom.stdout
+    assert f'data-images-loaded="{n_groups}/{n_groups}"' in dom.stdout
     assert '<table id="summary">' in dom.stdout
     for m in METHODS.split(","):
         assert f"<th>{m}</th>" in dom.stdout

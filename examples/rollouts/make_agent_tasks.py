@@ -1,14 +1,17 @@
-"""Writes agent_tasks.jsonl next to this file: a small, deterministic rollouts file in credax's
-JSONL schema (docs/guides/rollouts.md), used by the guide, the tests and `python -m credax.explain`.
+"""Writes agent_tasks.jsonl: a small, deterministic rollouts file in credax's JSONL schema
+(docs/guides/rollouts.md). The package ships it (src/credax/data/agent_tasks.jsonl, the path in
+`credax.explain.EXAMPLE`, what `python -m credax.explain --example` reads); the guide and the tests
+use it.
 
 Four tasks of a toy tool-using agent, four rollouts each, 1-6 turns. Every turn has action
 tokens, most have tool-output tokens (observations), a verifier score of the state after the
 turn (0 = nothing solved, 1 = solved), a judge label, an environment reward, and an anchor (the
 name of the state the turn acted in). Prompt ids mix strings and a 64-bit integer.
-Run: python examples/rollouts/make_agent_tasks.py
+Run: python examples/rollouts/make_agent_tasks.py [OUT]   (default: the clone's shipped copy)
 """
 
 import os
+import sys
 
 import numpy as np
 
@@ -47,5 +50,7 @@ def rollouts(seed: int = 0) -> list[credax.Rollout]:
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    credax.write_rollouts(os.path.join(here, "agent_tasks.jsonl"), rollouts())
-    print("wrote", os.path.join(here, "agent_tasks.jsonl"))
+    default = os.path.join(here, "..", "..", "src", "credax", "data", "agent_tasks.jsonl")
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.normpath(default)
+    credax.write_rollouts(path, rollouts())
+    print("wrote", path)

@@ -2,21 +2,23 @@
 
 ::
 
-    python -m credax.explain ROLLOUTS [--format credax|verl] [--methods grpo,tcpo,triage]
-                             [--out DIR] [--max-groups 50] [--max-rollouts 24] [--max-rows 30]
-                             [--quiet]
+    python -m credax.explain (ROLLOUTS | --example) [--format credax|verl]
+                             [--methods grpo,tcpo,triage] [--out DIR] [--max-groups 50]
+                             [--max-rollouts 24] [--max-rows 30] [--no-heatmaps] [--quiet]
 
-reads a rollouts file or directory (:func:`credax.read_rollouts`), computes the per-turn credit of
-every rollout under each method, and writes to ``DIR``:
+reads a rollouts file or directory (:func:`credax.read_rollouts`; ``--example``: the small file
+shipped with credax, :data:`EXAMPLE`), computes the per-turn credit of every rollout under each
+method, and writes to ``DIR`` (created; it must not be a file):
 
 * ``credit.json`` — for every rollout: its prompt id, source line, outcome, per-turn scores and
   roles, and for each method the list of per-turn advantages (all rollouts, all groups);
 * ``group_NNN.png`` — one heatmap per prompt group (the first ``--max-groups``): rows are the
   group's rollouts (the first ``--max-rollouts``), columns their turns, one panel per method;
-  colour = advantage (blue positive, red negative, symmetric around 0), each cell shows the
-  turn's score and judge role;
-* ``index.html`` — a static page tying them together: a summary table, then per group its
-  heatmap and a table of the numbers.
+  colour = advantage (blue positive, red negative, symmetric around 0; hatched grey: the rollout
+  has no such turn), each cell shows the turn's score and judge role;
+* ``index.html`` — a static page tying them together: what each method computes, a summary
+  table, then per group (titled by its prompt id as written in the file) its heatmap and a table
+  of the numbers.
 
 It also prints a table (one line per rollout, the first ``--max-rows``) and progress lines on
 stderr while reading and drawing large files. Methods (all with credax's defaults, grouped by
@@ -33,18 +35,21 @@ prompt id):
 
 matplotlib is needed for the PNGs only (the ``explain`` extra of a clone:
 ``pip install '/path/to/credax[explain]'``); it is imported when the pictures are drawn, never by
-``import credax``.
+``import credax``. Without it the command stops before writing anything (``--no-heatmaps``
+writes ``credit.json`` and ``index.html`` without pictures).
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import importlib.util
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from importlib import resources
 
 import jax.numpy as jnp
 import numpy as np
@@ -71,6 +76,34 @@ METHODS: dict[str, Callable[[RolloutBatch], object]] = {
     "mt_grpo": lambda b: mt_grpo_advantages(b.rewards, b.outcome, b.turn_mask, b.groups),
 }
 _ROLE_LETTER = {int(r): r.name[0] for r in Role}
+
+# One sentence per method for the page: what it compares a turn with, and what its sign means.
+METHOD_NOTES: dict[str, str] = {
+    "grpo": "GRPO: the rollout's outcome minus the mean outcome of its prompt group, divided by "
+            "the group's standard deviation; the same value on every turn of the rollout.",
+    "rloo": "RLOO: the rollout's outcome minus the mean outcome of the other rollouts of its "
+            "prompt (no division); the same value on every turn.",
+    "tcpo": "TCPO: each turn's credit from its verifier score (progress over the best score "
+            "before it, plus hindsight on turns that made none), z-scored over the same turn index "
+            "of the prompt group's rollouts.",
+    "triage": "TRIAGE: the GRPO value of the rollout plus 0.2 × a constant of the turn's judge "
+              "role (decisive +1, exploration +0.5, neutral -0.1, regression -0.5; unlabeled 0).",
+    "gigpo": "GiGPO: the rollout's GRPO value plus a step value: the turn's discounted return "
+             "z-scored over the turns of the prompt group that acted in the same anchor state.",
+    "mt_grpo": "MT-GRPO: the rollout's GRPO value plus the turn's reward z-scored over the same "
+               "turn index of the prompt group's rollouts.",
+}
+COLOUR_NOTE = ("Colour = advantage: blue = the method pushes the turn's tokens up (positive), red = "
+               "down (negative), white = 0; hatched grey = the rollout has no such turn (padding, "
+               "no value). Each cell shows the turn's verifier score and judge role "
+               "(D/E/N/R).")
+# The example rollouts shipped with credax (what the rollouts guide runs).
+EXAMPLE = str(resources.files("credax") / "data" / "agent_tasks.jsonl")
+
+
+def prompt_label(key) -> str:
+    """A prompt id as written in the rollouts file (JSON: ``"task"``, ``7``, ``[7, "x"]``)."""
+    return json.dumps(_jsonable(key), ensure_ascii=False)
 
 
 class Explained:
@@ -168,10 +201,20 @@ def table(ex: Explained, max_rows: int = 30) -> str:
     return "\n".join(lines)
 
 
+_PAD_FACE, _PAD_EDGE = "#bdbdbd", "#7a7a7a"
+
+
 def heatmap(ex: Explained, rows: np.ndarray, path: str, title: str) -> None:
     """One PNG: the group's rollouts × turns, a panel per method, score and role in each cell."""
+    heatmap_figure(ex, rows, title).savefig(path, dpi=110)
+
+
+def heatmap_figure(ex: Explained, rows: np.ndarray, title: str):
+    """The ``matplotlib.figure.Figure`` that :func:`heatmap` saves."""
+    from matplotlib import colormaps
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+    from matplotlib.patches import Patch, Rectangle
 
     k = max(len(ex.scores[i]) for i in rows)
     n = len(rows)
@@ -192,10 +235,13 @@ def heatmap(ex: Explained, rows: np.ndarray, path: str, title: str) -> None:
         stacks[m] = grid
     vmax = max(float(np.nanmax(np.abs(g))) if np.isfinite(g).any() else 0.0 for g in stacks.values())
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-max(vmax, 1e-6), vmax=max(vmax, 1e-6))
+    cmap = colormaps["RdBu"].with_extremes(bad=_PAD_FACE)
     for ax, m in zip(axes, ex.methods, strict=True):
         grid = np.ma.masked_invalid(stacks[m])
-        image = ax.imshow(grid, cmap="RdBu", norm=norm, aspect="auto")
-        image.cmap.set_bad("#eeeeee")
+        image = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
+        for j, t in np.argwhere(np.isnan(stacks[m])):  # no such turn: hatched, never a white 0
+            ax.add_patch(Rectangle((t - 0.5, j - 0.5), 1, 1, facecolor=_PAD_FACE,
+                                   edgecolor=_PAD_EDGE, hatch="///", linewidth=0))
         for j, i in enumerate(rows):
             for t, (s, role) in enumerate(zip(ex.scores[i], ex.roles[i], strict=True)):
                 label = f"{s:.2f}" + (f"\n{_ROLE_LETTER[int(role)]}" if role >= 0 else "")
@@ -208,9 +254,14 @@ def heatmap(ex: Explained, rows: np.ndarray, path: str, title: str) -> None:
         ax.set_xlabel("turn")
     for ax in axes[::ncols]:
         ax.set_ylabel("rollout")
-    fig.colorbar(image, ax=list(axes), shrink=0.8, label="advantage")
-    fig.suptitle(title, fontsize=9)
-    fig.savefig(path, dpi=110)
+    fig.colorbar(image, ax=list(axes), shrink=0.8, label="advantage (blue +, red −)")
+    if any(np.isnan(g).any() for g in stacks.values()):
+        fig.legend(handles=[Patch(facecolor=_PAD_FACE, edgecolor=_PAD_EDGE, hatch="///",
+                                  label="no such turn")], loc="outside lower center", fontsize=7,
+                   frameon=False)
+    # parse_math=False: a prompt id such as "$x$" is text, not matplotlib mathtext.
+    fig.suptitle(title, fontsize=9, parse_math=False)
+    return fig
 
 
 _PAGE = """<!doctype html>
@@ -221,22 +272,28 @@ table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }}
 td, th {{ border: 1px solid #ccc; padding: 2px 6px; text-align: right; }}
 th {{ background: #f3f3f3; }} img {{ max-width: 100%; border: 1px solid #ddd; }}
 .pos {{ color: #1f5fa8; }} .neg {{ color: #b2182b; }}
+td.pad {{ background: repeating-linear-gradient(45deg, #bdbdbd 0 3px, #e0e0e0 3px 6px);
+          color: #555; text-align: center; }}
 </style></head><body>
 <h1>Per-turn credit: {name}</h1>
-<p>{n_rollouts} rollouts, {n_groups} prompt groups, {n_turns} turns; methods: {methods}.
-Colour = advantage (blue positive, red negative); each cell shows the turn's verifier score and
-judge role (D/E/N/R). Numbers of every rollout are in <a href="credit.json">credit.json</a>.</p>
-<p id="status">images: loading</p>
+<p>{n_rollouts} rollouts, {n_groups} prompt groups, {n_turns} turns. Numbers of every rollout
+are in <a href="credit.json">credit.json</a>.</p>
+<ul id="methods">
+{notes}
+</ul>
+<p id="legend">{colour} In the tables, <span class="pos">blue</span> = positive,
+<span class="neg">red</span> = negative, a hatched cell (–) = no such turn.</p>
 <table id="summary"><tr><th>method</th><th>mean advantage</th><th>mean |advantage|</th>
 <th>positive turns</th><th>negative turns</th></tr>
 {summary}
 </table>
 {groups}
 <script>
+// For automated checks only (nothing is shown): how many images decoded.
 window.addEventListener("load", function () {{
   var imgs = Array.prototype.slice.call(document.images);
   var ok = imgs.filter(function (i) {{ return i.complete && i.naturalWidth > 0; }}).length;
-  document.getElementById("status").textContent = "images loaded: " + ok + "/" + imgs.length;
+  document.body.setAttribute("data-images-loaded", ok + "/" + imgs.length);
 }});
 </script>
 </body></html>
@@ -248,7 +305,7 @@ def _cell(v: float) -> str:
 
 
 def html_page(ex: Explained, images: dict[int, str], name: str, max_rollouts: int = 24) -> str:
-    """The static page: summary table, then per group its heatmap and numbers."""
+    """The static page: the methods, summary table, then per group its heatmap and numbers."""
     summary = []
     for m in ex.methods:
         flat = np.concatenate(ex.credit[m]) if ex.credit[m] else np.zeros(0)
@@ -260,16 +317,17 @@ def html_page(ex: Explained, images: dict[int, str], name: str, max_rollouts: in
         if g not in images:
             continue
         rows = rows[:max_rollouts]
-        key = html.escape(repr(ex.prompt_keys[g])[:200])
+        key = html.escape(_clip(prompt_label(ex.prompt_keys[g]), 200))
+        k = max(len(ex.scores[i]) for i in rows)
         body = [f'<h2 id="group-{g}">Group {g}: <code>{key}</code></h2>',
                 f'<img src="{images[g]}" alt="credit heatmap of group {g}">',
                 '<table class="credit"><tr><th>rollout</th><th>method</th>'
-                + "".join(f"<th>turn {t}</th>" for t in range(max(len(ex.scores[i]) for i in rows)))
-                + "</tr>"]
+                + "".join(f"<th>turn {t}</th>" for t in range(k)) + "</tr>"]
         for i in rows:
+            pad = '<td class="pad" title="no such turn">–</td>' * (k - len(ex.scores[i]))
             for m in ex.methods:
                 body.append(f"<tr><th>#{i}</th><th>{html.escape(m)}</th>"
-                            + "".join(_cell(float(v)) for v in ex.credit[m][i]) + "</tr>")
+                            + "".join(_cell(float(v)) for v in ex.credit[m][i]) + pad + "</tr>")
         body.append("</table>")
         sections.append("\n".join(body))
     skipped = len(ex.prompt_keys) - len(images)
@@ -277,10 +335,16 @@ def html_page(ex: Explained, images: dict[int, str], name: str, max_rollouts: in
         sections.append(f"<p>{skipped} more groups are in credit.json (raise --max-groups to draw "
                         "them).</p>")
     n_turns = sum(len(s) for s in ex.scores)
+    notes = "\n".join(f"<li><b>{html.escape(m)}</b> — {html.escape(METHOD_NOTES[m])}</li>"
+                      for m in ex.methods)
     return _PAGE.format(name=html.escape(name), n_rollouts=len(ex.rollouts),
-                        n_groups=len(ex.prompt_keys), n_turns=n_turns,
-                        methods=html.escape(", ".join(ex.methods)), summary="\n".join(summary),
+                        n_groups=len(ex.prompt_keys), n_turns=n_turns, notes=notes,
+                        colour=html.escape(COLOUR_NOTE), summary="\n".join(summary),
                         groups="\n".join(sections))
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _jsonable(key):
@@ -289,14 +353,33 @@ def _jsonable(key):
     return key if isinstance(key, str | int | float) else repr(key)
 
 
+def _check_outputs(out: str, max_groups: int, max_rollouts: int, heatmaps: bool) -> None:
+    """Everything ``write_outputs`` needs, checked before anything is written."""
+    for name, value, low in (("max_groups", max_groups, 0), ("max_rollouts", max_rollouts, 1)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+            raise ValueError(f"`{name}` must be an int >= {low}; got {value!r}.")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"`out` must be a directory (it is created if missing); {out!r} is a file.")
+    if heatmaps and max_groups > 0 and importlib.util.find_spec("matplotlib") is None:
+        raise ImportError("the heatmaps need matplotlib, which is not installed: install the "
+                          "`explain` extra (pip install '/path/to/credax[explain]'), or pass "
+                          "--no-heatmaps (heatmaps=False) for credit.json and index.html alone.")
+
+
 def write_outputs(ex: Explained, out: str, *, name: str, max_groups: int = 50,
-                  max_rollouts: int = 24,
+                  max_rollouts: int = 24, heatmaps: bool = True,
                   log: Callable[[str], None] = lambda s: None) -> dict[int, str]:
     """Write credit.json, the heatmaps and index.html into ``out``; returns ``{group: png}``.
 
     Heatmaps (and the page's tables) show the first ``max_groups`` groups and, of each, the first
-    ``max_rollouts`` rollouts; credit.json has everything.
+    ``max_rollouts`` rollouts; credit.json has everything. ``heatmaps=False`` draws none (no
+    matplotlib needed).
+
+    Raises (before anything is written):
+      ValueError: ``out`` is a file, ``max_groups < 0`` or ``max_rollouts < 1``.
+      ImportError: heatmaps are asked for and matplotlib is not installed.
     """
+    _check_outputs(out, max_groups, max_rollouts, heatmaps)
     os.makedirs(out, exist_ok=True)
     records = []
     for i, r in enumerate(ex.rollouts):
@@ -312,12 +395,12 @@ def write_outputs(ex: Explained, out: str, *, name: str, max_groups: int = 50,
         json.dump({"methods": ex.methods, "rollouts": records}, fh, ensure_ascii=False)
     images = {}
     groups = ex.groups()
-    drawn = min(len(groups), max_groups)
+    drawn = min(len(groups), max_groups) if heatmaps else 0
     started = time.monotonic()
     for g in range(drawn):
         png = f"group_{g:03d}.png"
         rows = groups[g][:max_rollouts]
-        title = f"group {g}: {ex.prompt_keys[g]!r}"[:100]
+        title = _clip(f"group {g}: {prompt_label(ex.prompt_keys[g])}", 100)
         if len(rows) < len(groups[g]):
             title += f" (first {len(rows)} of {len(groups[g])} rollouts)"
         heatmap(ex, rows, os.path.join(out, png), title)
@@ -329,21 +412,43 @@ def write_outputs(ex: Explained, out: str, *, name: str, max_groups: int = 50,
     return images
 
 
+def _at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m credax.explain",
                                      description="Per-turn credit of your rollouts under each "
                                                  "credax method: a table, heatmaps, an HTML page.")
-    parser.add_argument("rollouts", help="a rollouts .jsonl file or a directory of them")
+    parser.add_argument("rollouts", nargs="?", help="a rollouts .jsonl file or a directory of them")
+    parser.add_argument("--example", action="store_true",
+                        help="use the example rollouts shipped with credax (credax.explain.EXAMPLE)")
     parser.add_argument("--format", default="credax", choices=FORMATS)
     parser.add_argument("--methods", default="grpo,tcpo,triage",
                         help=f"comma-separated, from {','.join(METHODS)} (default grpo,tcpo,triage)")
     parser.add_argument("--out", default="credax-explain", help="output directory")
-    parser.add_argument("--max-groups", type=int, default=50, help="heatmaps drawn (first groups)")
-    parser.add_argument("--max-rollouts", type=int, default=24,
+    parser.add_argument("--max-groups", type=_at_least(0), default=50,
+                        help="heatmaps drawn (first groups)")
+    parser.add_argument("--max-rollouts", type=_at_least(1), default=24,
                         help="rollouts per group drawn in a heatmap (first ones)")
-    parser.add_argument("--max-rows", type=int, default=30, help="rollouts in the terminal table")
+    parser.add_argument("--max-rows", type=_at_least(0), default=30,
+                        help="rollouts in the terminal table")
+    parser.add_argument("--no-heatmaps", action="store_true",
+                        help="write credit.json and index.html only (no matplotlib needed)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
+    if (args.rollouts is None) == (not args.example):
+        parser.error("give a ROLLOUTS file or directory, or --example (not both)")
+    source = EXAMPLE if args.example else args.rollouts
 
     def log(msg: str) -> None:
         if not args.quiet:
@@ -351,19 +456,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def progress(done: int, total: int) -> None:
         if total >= 4 << 20:  # say nothing about small files
-            log(f"reading {args.rollouts}: {100 * done / total:5.1f}% ({done >> 20}/{total >> 20} MiB)")
+            log(f"reading {source}: {100 * done / total:5.1f}% ({done >> 20}/{total >> 20} MiB)")
 
     try:
         methods = _check_methods(args.methods.split(","))
-        rollouts = read_rollouts(args.rollouts, format=args.format, progress=progress)
+        # Before reading or writing anything: a missing matplotlib or a bad --out fails here.
+        _check_outputs(args.out, args.max_groups, args.max_rollouts, not args.no_heatmaps)
+        rollouts = read_rollouts(source, format=args.format, progress=progress)
         log(f"read {len(rollouts)} rollouts; computing {', '.join(methods)}")
         ex = explain(rollouts, methods)
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
         print(f"credax.explain: error: {err}", file=sys.stderr)
         return 2
     print(table(ex, args.max_rows))
-    images = write_outputs(ex, args.out, name=os.path.basename(os.path.normpath(args.rollouts)),
-                           max_groups=args.max_groups, max_rollouts=args.max_rollouts, log=log)
+    images = write_outputs(ex, args.out, name=os.path.basename(os.path.normpath(source)),
+                           max_groups=args.max_groups, max_rollouts=args.max_rollouts,
+                           heatmaps=not args.no_heatmaps, log=log)
     print(f"\nwrote {os.path.join(args.out, 'index.html')}, credit.json and {len(images)} heatmaps "
           f"({len(ex.prompt_keys)} groups)")
     return 0
