@@ -180,3 +180,52 @@ def test_each_level_hashes_the_previous_group_and_one_anchor_with_the_same_group
         np.testing.assert_array_equal(full, expected)
         np.testing.assert_array_equal(nested, expected)
         previous = nested
+
+
+def test_member_at_its_group_mean_abstains_despite_float_rounding():
+    # Returns 0.7, 0.85, 1.0 (one step each, one anchor): 0.85 is the mean in decimals, but not in
+    # float32 (the three float32 values' mean misses 0.85f by 2e-8), so its level-1 value was a
+    # ~1e-7 residue that voted with weight 2 next to the episode level (weight 1):
+    # A = (1·A_e + 2·1e-7) / 3 ≈ A_e / 3. Robust rule: within 4·n·ε of the mean abstains, A = A_e.
+    # Episode level: outcomes (0, 1, .5), mean .5, unbiased std .5 -> A_e = (1 - .5)/(.5 + 1e-6).
+    steps = np.array([[0.7], [0.85], [1.0]], np.float32)
+    out = credax.hgpo_advantages(np.array([0.0, 1.0, 0.5], np.float32), steps,
+                                 np.zeros((3, 1), np.int32), np.ones((3, 1), bool),
+                                 np.zeros(3, np.int32), history=0, gamma=1.0, episode_group=True)
+    a_e = 0.5 / (0.5 + 1e-6)
+    assert not bool(out.informative[1, 0, 1]) and float(out.levels[1, 0, 1]) == 0.0
+    np.testing.assert_allclose(out.advantages[1, 0], a_e / (1 + 1e-6), rtol=1e-6)
+    # The two other members are far from the mean and still vote (population std .1225).
+    assert bool(out.informative[0, 0, 1]) and bool(out.informative[2, 0, 1])
+    # A NaN return is not "at the mean": it stays NaN.
+    bad = credax.hgpo_advantages(np.zeros(3), np.array([[np.nan], [0.85], [1.0]], np.float32),
+                                 np.zeros((3, 1), np.int32), np.ones((3, 1), bool),
+                                 np.zeros(3, np.int32), history=0)
+    assert np.isnan(np.asarray(bad.levels[:, 0, 1])).all()
+
+
+@pytest.mark.parametrize("alpha", [100.0, 200.0, -60.0])
+def test_large_alpha_is_finite_and_matches_the_formula(alpha):
+    # 3^α overflows float32 from α ≈ 81 (inf/inf = NaN before); the weights are now divided by
+    # the largest informative one. The float64 loop reference evaluates the formula directly.
+    rng = np.random.default_rng(7)
+    outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
+    kw = dict(history=2, gamma=0.5, alpha=alpha, eps=0.0)
+    out = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw)
+    want, _, _ = ref.hgpo(outcome, steps, anchors, mask, ids, **kw)
+    assert np.isfinite(np.asarray(out.advantages)).all()
+    np.testing.assert_allclose(out.advantages, want, rtol=1e-5, atol=1e-6)
+    # With eps > 0 and a large -α every weight falls far below eps: the formula's value is ~0.
+    small = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=2, gamma=0.5,
+                                   alpha=-200.0, eps=1e-6)
+    np.testing.assert_allclose(small.advantages, 0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0)])
+def test_zero_length_axes(shape):
+    b, k = shape
+    out = credax.hgpo_advantages(np.zeros(b, np.float32), np.zeros(shape, np.float32),
+                                 np.zeros(shape, np.int32), np.ones(shape, bool),
+                                 np.zeros(b, np.int32), history=2, episode_group=True)
+    assert out.advantages.shape == shape
+    assert out.levels.shape == (b, k, 4) and out.informative.shape == (b, k, 4)

@@ -102,6 +102,15 @@ def test_bad_arguments_are_named():
         credax.gpg_advantages(np.zeros((2, 1)), np.zeros(2, int))
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (0, 2), (0, 0)])
+def test_zero_length_axes(shape):
+    b = shape[0]
+    assert credax.reinforce_pp_advantages(np.zeros(shape), np.ones(shape, bool)).shape == shape
+    assert credax.reinforce_pp_baseline_advantages(np.zeros(b), np.zeros(b, np.int32),
+                                                   np.ones(shape, bool)).shape == shape
+    assert credax.gpg_advantages(np.zeros(b), np.zeros(b, np.int32)).shape == (b,)
+
+
 def test_padding_garbage_never_matters():
     rng = np.random.default_rng(1)
     ids, mask, scores = _batch(rng, 5, 6, gaps=True)

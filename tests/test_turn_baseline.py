@@ -154,3 +154,10 @@ def test_gradient_flows_to_rewards():
     g = jax.grad(lambda x: credax.unbiased_turn_advantages(x, jnp.ones((2, 2), bool),
                                                            jnp.zeros(2, jnp.int32))[0, 0])(r)
     np.testing.assert_allclose(g, [[1.0, 1.0], [-1.0, -1.0]])
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 2), (0, 0)])
+def test_zero_length_axes(shape):
+    out = credax.unbiased_turn_advantages(np.zeros(shape, np.float32), np.ones(shape, bool),
+                                          np.zeros(shape[0], np.int32))
+    assert out.shape == shape

@@ -26,6 +26,7 @@ from ._groups import (
     Groups,
     Normalization,
     check_x_and_groups,
+    group_stats,
     groups_from_keys,
     jit_grouped,
     normalize_with_groups,
@@ -34,6 +35,11 @@ from ._groups import (
 from ._turns import masked_discounted_returns, prepare_anchored_steps
 
 EPISODE_POOLING = ("trajectory", "step")
+# A step within AT_MEAN_ULPS · n · ε (the dtype's machine epsilon) of its level group's mean,
+# relative to the group's largest magnitude, is at the mean. The mean of n values carries a
+# rounding error of up to ~n·ε of that magnitude, and float32 inputs that are an exact progression
+# in decimals (0.7, 0.85, 1.0) are not one in binary (their true mean misses 0.85f by 2e-8).
+AT_MEAN_ULPS = 4
 EPISODE_SINGLETON = ("zero", "raw")
 
 
@@ -110,10 +116,18 @@ def hgpo_advantages(
 
     A level is informative for a step when the step has ``k`` valid observations and
     ``A^k != 0``: singleton groups, zero-spread groups (exactly ``0`` here, whatever ``eps``) and a
-    member exactly at its group's mean abstain. ``episode_group=True`` adds the episode
+    member at its group's mean abstain — "at" up to float rounding: within ``4·n·ε`` (``n`` the
+    group's size, ``ε`` the dtype's machine epsilon) of the mean, relative to the group's largest
+    magnitude, since float32 inputs such as 0.7, 0.85, 1.0 are not an exact progression in binary
+    and their mean misses 0.85 by ``2e-8``; such a residue would otherwise vote and change the
+    other levels' weights. ``episode_group=True`` adds the episode
     advantage (the trajectory's outcome normalised within its prompt, unbiased std) as level 0
     with weight 1 (verl-agent's ``base_group``). ``scale="none"`` only centres (``mean_norm``), at
-    every level. No informative level: ``0``.
+    every level. No informative level: ``0``. The weighted mean is computed with the weights
+    divided by the step's largest informative one (the same value), so any finite ``α`` gives a
+    finite result: a large ``α`` tends to the highest informative level; for a large ``-α`` every
+    weight falls below ``eps`` and the value tends to ``0`` (with ``eps = 0``: the lowest level).
+    ``K = 0`` (no turns) gives empty outputs ``[B, 0]`` and ``[B, 0, H + 2]``.
 
     Args:
       outcome_rewards: ``float[B]`` episode reward of each trajectory (used by the episode level).
@@ -178,10 +192,13 @@ def hgpo_advantages(
     eps = _checks.scalar(eps, dt, "eps")
     batch, num_turns = s.shape
     n = batch * num_turns
+    check_x_and_groups(s, group_ids, "step_rewards")
+    if num_turns == 0:  # no step: empty outputs of the documented shapes
+        return HGPO(jnp.zeros(s.shape, out_dtype), jnp.zeros((batch, 0, history + 2), out_dtype),
+                    jnp.zeros((batch, 0, history + 2), bool))
 
     g = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
     g_flat = g.reshape(n)
-    check_x_and_groups(s, group_ids, "step_rewards")
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
     base = Normalization(scale=scale, eps=eps)  # checks `scale` as every estimator does
 
@@ -215,18 +232,30 @@ def hgpo_advantages(
         previous = level_groups.index
         a_k = normalize_with_groups(g_flat, level_groups, flat_valid,
                                     base.replace(ddof=ddof, singleton="zero"))
+        # A member within float rounding of its group's mean is at the mean: its level abstains
+        # (0), instead of a residue of ~1e-7 voting and changing the other levels' weights.
+        st = group_stats(g_flat, level_groups, flat_valid, sum_sq=False)
+        tol = AT_MEAN_ULPS * st.count * jnp.finfo(dt).eps  # set units: the group's scale is 1
+        at_mean = (jnp.abs(st.shifted - st.mean) <= tol) & ~st.nonfinite
+        a_k = jnp.where(at_mean, jnp.zeros((), dt), a_k)
         levels.append(a_k.reshape(s.shape))
         valid.append(valid_k)
 
     levels = jnp.stack(levels, axis=-1)
     informative = jnp.stack(valid, axis=-1) & (levels != 0)
     alpha = _checks.scalar(alpha, dt, "alpha")
-    weights = (jnp.arange(history + 2, dtype=dt) + 1) ** alpha
-    w = jnp.where(informative, weights, jnp.zeros((), dt))
+    # Σ w_k A_k / (Σ w_k + eps) with w_k = (k + 1)^α, computed with every weight divided by the
+    # step's largest informative one (in log space): the same value, and no overflow to inf/inf
+    # for a large α (3^α overflows float32 from α ≈ 81) nor underflow to 0/eps for a large -α.
+    log_w = alpha * jnp.log(jnp.arange(history + 2, dtype=dt) + 1)
+    log_w = jnp.where(informative, log_w, -jnp.inf)
+    any_level = jnp.any(informative, axis=-1)
+    top = jnp.where(any_level, jnp.max(log_w, axis=-1), jnp.zeros((), dt))
+    w = jnp.where(informative, jnp.exp(log_w - top[..., None]), jnp.zeros((), dt))
     total = jnp.sum(w, axis=-1)
     num = jnp.sum(jnp.where(informative, w * levels, jnp.zeros((), dt)), axis=-1)
-    any_level = jnp.any(informative, axis=-1)
-    adv = _checks.safe_div(num, total + eps, any_level & (total + eps > 0))
+    eps_scaled = jnp.where(eps > 0, jnp.exp(jnp.log(jnp.where(eps > 0, eps, 1)) - top), 0)
+    adv = _checks.safe_div(num, total + eps_scaled, any_level & (total + eps_scaled > 0))
     adv = jnp.where(turn_mask, adv, jnp.zeros((), dt))
     levels = jnp.where(turn_mask[..., None], levels, jnp.zeros((), dt))
     return HGPO(adv.astype(out_dtype), levels.astype(out_dtype), informative)

@@ -117,6 +117,8 @@ def reinforce_pp_advantages(
       ``compute_reinforce_plus_plus_outcome_advantage``.
     """
     r, mask, out_dtype = _token_inputs(token_rewards, response_mask, "token_rewards")
+    if r.shape[1] == 0:  # no tokens: an empty [B, 0]
+        return jnp.zeros(r.shape, out_dtype)
     g = _token_returns(r, mask, _checks.scalar(gamma, r.dtype, "gamma"))
     return _whiten_tokens(g, mask, normalization).astype(out_dtype)
 

@@ -9,6 +9,7 @@ same turn: one baseline term per decision, independent of the row's own actions 
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
@@ -96,8 +97,9 @@ def unbiased_turn_advantages(
 
     Returns:
       ``float[B, K]`` in the dtype of ``turn_rewards`` (float32 for integer input); ``0`` at padded
-      turns. A valid non-finite reward makes NaN of the returns that include it and of their
-      peers' advantages at those turns (as :func:`credax.group_normalize`).
+      turns; ``K = 0`` gives an empty ``[B, 0]``. A valid non-finite reward makes NaN of the
+      returns that include it and of their peers' advantages at those turns (as
+      :func:`credax.group_normalize`).
 
     Raises:
       TypeError: non-numeric ``turn_rewards``, non-boolean ``turn_mask``, non-integer
@@ -121,6 +123,8 @@ def unbiased_turn_advantages(
     """
     r, turn_mask, out_dtype = prepare_turns(turn_rewards, turn_mask, "turn_rewards")
     check_x_and_groups(r, group_ids, "turn_rewards")
+    if r.shape[1] == 0:  # no turns: an empty [B, 0]
+        return jnp.zeros(r.shape, out_dtype)
     g = masked_discounted_returns(r, turn_mask, _checks.scalar(gamma, r.dtype, "gamma"))
     out = normalize_with_groups(g, group_ids, turn_mask, normalization)
     return out.astype(out_dtype)
