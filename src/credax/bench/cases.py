@@ -58,9 +58,12 @@ TCPO_GAMMA = 0.9
 
 PRESETS = ("quick", "default", "targets", "gpu")
 # LM-head shapes (B, T, D, V, chunk_size): the batch of sequences, their length, the hidden width,
-# the vocabulary and the positions per chunk (a chunk of logits is B x chunk x V; four chunks).
-# Each is 2.1e9 multiply-adds per GEMM: about 0.15 s for the floor on a quiet 2-CPU machine.
-LM_HEAD_CPU = [(2, 128, 256, 32768, 32), (1, 128, 256, 131072, 32)]
+# the vocabulary and the positions per chunk (a chunk of logits is B x chunk x V). Each is 2.1e9
+# multiply-adds per GEMM, about 0.15 s for the floor on a quiet 2-CPU machine. A chunk holds 128
+# tokens: every chunk reads the whole [D, V] unembedding and writes a [D, V] gradient, so with
+# fewer tokens a chunk is bound by that traffic rather than by its GEMMs (32 tokens a chunk at
+# V=128k, D=256 measured 2.6x the floor: docs/speed-log.md).
+LM_HEAD_CPU = [(4, 128, 128, 32768, 32), (2, 128, 64, 131072, 64)]
 
 # Public functions the sweep does not time, and why (host-side data plumbing, not credit math).
 NOT_TIMED = {
