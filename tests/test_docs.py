@@ -4,10 +4,18 @@ disagree with their signatures are errors).
 
 The blocks of one file run top to bottom in one namespace, as a reader pastes them; a block that
 is not meant to run uses a plain ``` fence or ```text.
+
+What a block prints is shown right under it, in a ```text block after the marker line
+``<!-- prints -->`` (invisible on the site), and checked here as a doctest checks its output
+(``...`` matches anything, whitespace is normalised). On the pages of ``PRINTS_SHOWN`` every block
+that prints must show it.
 """
 
+import contextlib
+import doctest
 import importlib.util
 import inspect
+import io
 import os
 import pathlib
 import re
@@ -24,6 +32,12 @@ PAGES = [ROOT / "README.md"] + sorted(
     p for p in (ROOT / "docs").rglob("*.md") if "hooks" not in p.relative_to(ROOT / "docs").parts
 )
 BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
+# A python block and, if the marker follows it, the text block showing what it prints.
+BLOCK_AND_OUTPUT = re.compile(r"^```python\n(.*?)^```\n(?:<!-- prints -->\n```text\n(.*?)^```)?",
+                              flags=re.S | re.M)
+PRINTS_SHOWN = {"docs/guides/first-loop.md", "docs/guides/rollouts.md"}
+_CHECKER = doctest.OutputChecker()
+_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def _blocks(path):
@@ -40,12 +54,30 @@ def _load(name):
 @pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_python_blocks_run(path):
     ns = {"__name__": "docs"}
+    page = path.relative_to(ROOT).as_posix()
     # A reader runs these with JAX's standard promotion (optax's adamw, for one, mixes a Python
     # float with an int32 step count, which the suite's strict mode rejects).
     with jax.numpy_dtype_promotion("standard"):
-        for index, block in enumerate(_blocks(path)):
-            name = f"{path.relative_to(ROOT).as_posix()}[block {index}]"
-            exec(compile(block, name, "exec"), ns)
+        for index, (block, shown) in enumerate(BLOCK_AND_OUTPUT.findall(path.read_text())):
+            name = f"{page}[block {index}]"
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(block, name, "exec"), ns)
+            printed = out.getvalue()
+            if shown:
+                assert _CHECKER.check_output(shown, printed, _FLAGS), (
+                    f"{name} prints\n{printed}\nbut the page shows\n{shown}")
+            elif page in PRINTS_SHOWN:
+                assert not printed, f"{name} prints\n{printed}\nbut the page shows no output"
+
+
+def test_shown_output_is_checked():
+    # The checker behind test_python_blocks_run: a wrong figure fails, `...` and spacing do not.
+    text = ("```python\nprint(1 + 1)\n```\n<!-- prints -->\n```text\n3\n```\n"
+            "```python\nprint('a  b', 'x' * 50)\n```\n<!-- prints -->\n```text\na b ...\n```\n")
+    (b1, s1), (b2, s2) = BLOCK_AND_OUTPUT.findall(text)
+    assert not _CHECKER.check_output(s1, "2\n", _FLAGS)
+    assert _CHECKER.check_output(s2, "a  b " + "x" * 50 + "\n", _FLAGS)
 
 
 def test_readme_has_the_quickstart_and_it_computes_grpo():

@@ -1,4 +1,5 @@
-"""The wheel a user builds installs into a fresh virtual environment and runs the README quickstart.
+"""The wheel a user builds installs into a fresh virtual environment and runs the README quickstart,
+the example scripts and `python -m credax.explain --example` (its shipped data, no matplotlib).
 
 Built from a copy of the sources (so the working tree gets no build/ or egg-info, and xdist workers
 never share a build folder), installed with its dependencies from the same indexes and pip cache
@@ -54,23 +55,30 @@ def wheel(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def wheel_venv(wheel, tmp_path_factory):
+    """A fresh venv with the wheel and its runtime dependencies only (no matplotlib, no torch)."""
+    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    _pip("--python", str(python), "install", "--quiet", "--no-compile", str(wheel), cwd=venv.parent)
+    return venv, python
+
+
 def test_wheel_contents(wheel):
     import credax
 
     assert wheel.name == f"credax-{credax.__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
     assert "credax/py.typed" in names
+    assert "credax/data/agent_tasks.jsonl" in names  # python -m credax.explain --example
     assert f"credax-{credax.__version__}.dist-info/licenses/LICENSE" in names
     assert not any(n.startswith(("tests/", "benchmarks/", "src/")) for n in names)
 
 
-def test_wheel_installs_and_runs_the_quickstart(wheel, tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    python = venv / "bin" / "python"
-    _pip("--python", str(python), "install", "--quiet", "--no-compile", str(wheel), cwd=tmp_path)
-
+def test_wheel_installs_and_runs_the_quickstart(wheel_venv, tmp_path):
+    venv, python = wheel_venv
     work = tmp_path / "elsewhere"
     (work / "credax").mkdir(parents=True)  # the import trap: must not be what `import credax` finds
     script = work / "quickstart.py"
@@ -90,15 +98,11 @@ def test_wheel_installs_and_runs_the_quickstart(wheel, tmp_path):
     assert got["adv"] == [round(e, 5) for e in expected]
 
 
-def test_wheel_runs_the_benchmark_cli(wheel, tmp_path):
+def test_wheel_runs_the_benchmark_cli(wheel_venv, tmp_path):
     """`python -m credax.bench` ships with the package: it runs from the installed wheel alone
     (no repository, no torch, no matplotlib: JSON and markdown, and a note that the plot is
     skipped), from an unrelated folder."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    python = venv / "bin" / "python"
-    _pip("--python", str(python), "install", "--quiet", "--no-compile", str(wheel), cwd=tmp_path)
+    venv, python = wheel_venv
     work = tmp_path / "elsewhere"
     work.mkdir()
     out = work / "bench-out"
@@ -112,3 +116,41 @@ def test_wheel_runs_the_benchmark_cli(wheel, tmp_path):
     data = json.loads(report.read_text())
     assert data, "empty benchmark report"
     assert "matplotlib is not installed" in done.stdout
+
+
+def _run_from_elsewhere(python, work, *args):
+    done = subprocess.run([str(python), *map(str, args)], cwd=work, capture_output=True, text=True,
+                          timeout=600)
+    return done
+
+
+@pytest.mark.parametrize("script", ["foundation_tour.py", "tcpo_ladder.py", "triage_conflicts.py"])
+def test_wheel_runs_the_examples(wheel_venv, tmp_path, script):
+    """The example scripts need the wheel alone: copied out of the clone, run from elsewhere."""
+    _, python = wheel_venv
+    work = tmp_path / "elsewhere"
+    (work / "credax").mkdir(parents=True)  # the import trap, as for the quickstart
+    shutil.copy(ROOT / "examples" / script, work / script)
+    done = _run_from_elsewhere(python, work, script)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.strip()
+
+
+def test_wheel_ships_the_example_rollouts_and_explain_runs_without_matplotlib(wheel_venv, tmp_path):
+    _, python = wheel_venv
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    # The shipped file is what the clone's generator writes, and the generator runs from a wheel.
+    shutil.copy(ROOT / "examples" / "rollouts" / "make_agent_tasks.py", work / "make_agent_tasks.py")
+    done = _run_from_elsewhere(python, work, "make_agent_tasks.py", work / "tasks.jsonl")
+    assert done.returncode == 0, done.stderr[-3000:]
+    shipped = (ROOT / "src" / "credax" / "data" / "agent_tasks.jsonl").read_text()
+    assert (work / "tasks.jsonl").read_text() == shipped
+    # No matplotlib in this venv: explain says so and writes nothing, or writes without heatmaps.
+    done = _run_from_elsewhere(python, work, "-m", "credax.explain", "--example", "--out", "o")
+    assert done.returncode == 2 and "need matplotlib" in done.stderr and not (work / "o").exists()
+    done = _run_from_elsewhere(python, work, "-m", "credax.explain", "--example", "--out", "o",
+                               "--no-heatmaps", "--methods", "grpo,tcpo")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in (work / "o").iterdir()) == ["credit.json", "index.html"]
+    assert len(json.loads((work / "o" / "credit.json").read_text())["rollouts"]) == 16

@@ -293,10 +293,11 @@ class TurnCreditGRPOLearner(_grpo_learner.GRPOLearner):
     turn leave the loss (the completion mask is narrowed to ``token_turn >= 0``). Both Tunix's own
     ``grpo`` loss and the credax losses take the ``[B, L]`` advantages.
 
+    Every other argument is ``tunix.rl.grpo.grpo_learner.GRPOLearner``'s.
+
     Args:
       turns: ``(train_example, training_input) -> (scores, turn_mask, token_turn)``, host side.
       method: ``(scores, turn_mask, groups) -> [B, K]`` advantages; default TCPO.
-      other arguments: as ``tunix.rl.grpo.grpo_learner.GRPOLearner``.
     """
 
     def __init__(self, *args, turns: Callable[[Any, Any], tuple[Any, Any, Any]],
