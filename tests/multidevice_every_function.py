@@ -70,6 +70,7 @@ def calls(a):
         "reinforce_pp": lambda: credax.reinforce_pp_advantages(g["lp"], g["tokm"], gamma=0.9),
         "reinforce_pp_baseline": lambda: credax.reinforce_pp_baseline_advantages(g["r"], g["ids"], g["tokm"]),
         "gpg": lambda: credax.gpg_advantages(g["r"], g["ids"]),
+        "g2po": lambda: credax.g2po_advantages(g["r"], g["anchors"], g["tm"], g["ids"]).advantages,
         "hgpo": lambda: credax.hgpo_advantages(g["r"], g["s"], g["anchors"], g["tm"], g["ids"]),
         "token_logprobs": lambda: credax.token_logprobs(g["logits"], g["tok"], mask=g["tokm"]),
         "from_hidden": lambda: credax.token_logprobs_from_hidden(g["hid"], W, g["tok"], chunk_size=5),

@@ -53,6 +53,7 @@ ESTIMATORS = {
 ISSUE_30 = {
     "unbiased_turn_advantages",  # the turn baseline of verl RFC #7244
     "reinforce_pp_advantages", "reinforce_pp_baseline_advantages", "gpg_advantages",  # verl's
+    "g2po_advantages", "G2PO",  # the state-graph advantage of Nala-YN/G2PO
 }
 
 

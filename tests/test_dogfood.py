@@ -46,6 +46,10 @@ def _mt_grpo(fn):
     return lambda b: fn(b.scores, b.rewards, b.turn_mask, b.group_ids)
 
 
+def _g2po(fn):  # roles double as small categorical anchor ids: shared nodes
+    return lambda b: fn(b.rewards, b.roles, b.turn_mask, b.group_ids).advantages
+
+
 def _turn_baseline(fn):  # scores as per-turn rewards
     return lambda b: fn(b.scores, b.turn_mask, b.group_ids)
 
@@ -119,6 +123,7 @@ SPECS = [
     ("mt_grpo_advantages", _mt_grpo, COMMON),
     ("gigpo_advantages", _gigpo, COMMON),
     ("unbiased_turn_advantages", _turn_baseline, CENTRED),
+    ("g2po_advantages", _g2po, COMMON),
     ("hgpo_advantages", _hgpo, COMMON),
     ("group_mean", _per_turn_groups, COMMON),
     ("peer_mean", _peer_mean, COMMON),

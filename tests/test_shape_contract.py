@@ -70,6 +70,7 @@ CALLS: dict[str, tuple[tuple, dict]] = {
     "discounted_returns": ((S, TM), {"gamma": 0.9}),
     "fit_role_constants": ((S, ROLES, TM), {}),
     "future_best": ((S, TM), {}),
+    "g2po_advantages": ((R, ANCHORS, TM, IDS), {"action_valid": TM}),
     "gae_advantages": ((LP, VALS, TOKM), {"gamma": 0.9, "lam": R, "bootstrap": R}),
     "gdpo_advantages": ((RC, IDS), {"weights": jnp.ones(C)}),
     "gigpo_advantages": ((R, S, ANCHORS, TM, IDS), {}),

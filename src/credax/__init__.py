@@ -12,6 +12,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_stepwise`` MT-GRPO and GiGPO baselines
 * ``_turn_baseline`` the turn baseline unbiased under variable turn counts (verl #7244)
 * ``_reinforce`` REINFORCE++, REINFORCE++-baseline and GPG (verl's batch-whitened estimators)
+* ``_g2po``     G2PO: the per-prompt state graph's edge advantages
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
 * ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
@@ -33,6 +34,8 @@ from ._diagnostics import anchor_hit_ratio as anchor_hit_ratio
 from ._diagnostics import credit_by_role as credit_by_role
 from ._diagnostics import credit_by_turn as credit_by_turn
 from ._diagnostics import dead_groups as dead_groups
+from ._g2po import G2PO as G2PO
+from ._g2po import g2po_advantages as g2po_advantages
 from ._gae import GAE as GAE
 from ._gae import TurnGAE as TurnGAE
 from ._gae import TurnValues as TurnValues
