@@ -21,6 +21,10 @@ preset           reproduces
 ``TRL_NONE``     TRL ``scale_rewards="none"`` (Dr. GRPO): ``r - μ``.
 ``HGPO_VERL_AGENT`` (for ``hgpo_advantages``) verl-agent's shipped HGPO run: history 2, γ 0.95,
                  ``mean_std_norm`` with population std, ``L^1`` level weights, no base group.
+``VPR``          VPR's state-group advantage (``thu-nics/VPR``, ``compute_vpr_turn_level_advantage``,
+                 ``group_whiten``): population std, ``(r - μ)/(σ + 1e-8)``, singleton 0. With
+                 the state group as the group: ``grpo_advantages(r, state_ids,
+                 normalization=VPR)``, or GiGPO's step level (``docs/guides/stepwise.md``).
 ===============  ===========================================================================
 
 TRL requires at least two generations per prompt (it raises otherwise), so its presets keep
@@ -55,6 +59,9 @@ VERL_DR_GRPO = Normalization(scale="none", ddof=1, eps=1e-6, eps_mode="add", sin
 TRL = Normalization(scale="group", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
 TRL_BATCH = Normalization(scale="batch", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
 TRL_NONE = Normalization(scale="none", ddof=1, eps=1e-4, eps_mode="add", singleton="zero")
+# thu-nics/VPR gigpo/core_gigpo.py compute_vpr_turn_level_advantage, state groups, "group_whiten":
+# np.std (population), + eps 1e-8; groups of one (or of equal rewards) get 0 and leave the loss.
+VPR = Normalization(scale="group", ddof=0, eps=1e-8, eps_mode="add", singleton="zero")
 
 # verl-agent recipe/hgpo run scripts: history_length=2, mode="mean_std_norm", length_weight_alpha=1,
 # base_group=False, algorithm.gamma=0.95, epsilon 1e-6 (core_hgpo.py default).
@@ -176,4 +183,4 @@ def trl_loss(
 TRL_LOSS = trl_loss("dapo")  # TRL 1.16's defaults: loss_type dapo, bias-corrected KL; one process
 
 __all__ = ["HGPO_VERL_AGENT", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "VERL", "VERL_DR_GRPO",
-           "VERL_GSPO_LOSS", "VERL_LOSS", "trl", "trl_loss"]
+           "VERL_GSPO_LOSS", "VERL_LOSS", "VPR", "trl", "trl_loss"]
