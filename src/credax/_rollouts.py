@@ -47,6 +47,7 @@ from ._groups import Groups
 from ._triage import parse_roles
 
 _INT32_MAX = np.iinfo(np.int32).max
+_SEQ = (list, tuple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +84,12 @@ class Turn:
     def __post_init__(self):
         # A bare number would fail much later, inside pad_rollouts, as "object of type 'int' has no
         # len()"; a string would be read as characters.
+        if (type(self.action) in _SEQ and type(self.observation) in _SEQ
+                and (self.logprobs is None or type(self.logprobs) in _SEQ)):
+            return  # lists and tuples: the common case, nothing more to check
         for name in ("action", "observation", "logprobs"):
             value = getattr(self, name)
-            if name == "logprobs" and value is None:
+            if type(value) in _SEQ or (name == "logprobs" and value is None):
                 continue
             if isinstance(value, str | bytes) or not hasattr(value, "__len__") or (
                     getattr(value, "ndim", 1) == 0):
@@ -339,8 +343,15 @@ def _all_logprobs(flat: list, rollouts) -> np.ndarray:
     raise TypeError("`rollouts`: log-probs must be finite numbers.")
 
 
+_NUMBER = (int, float, np.integer, np.floating)  # built once: a `|` union per call costs ~0.3 µs
+
+
 def _finite(value, where: str) -> float:
-    if not isinstance(value, int | float | np.integer | np.floating) and getattr(value, "shape", None) == ():
+    if type(value) is float:  # the common case, first
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: must be finite; got {value}.")
+        return value
+    if not isinstance(value, _NUMBER) and getattr(value, "shape", None) == ():
         # A 0-d array (NumPy, or a concrete jax.Array such as `jnp.float32(0.5)` or a score
         # computed on the device) counts as the number it holds; a bool or traced one does not.
         try:
@@ -348,7 +359,7 @@ def _finite(value, where: str) -> float:
         except Exception:  # a tracer: jax raises TracerArrayConversionError
             raise TypeError(f"{where}: must be a concrete number; got a traced value "
                             "(pad_rollouts runs on the host, outside jit).") from None
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+    if isinstance(value, bool | np.bool_) or not isinstance(value, _NUMBER):
         raise TypeError(f"{where}: must be a number; got {type(value).__name__} {value!r}.")
     value = float(value)
     if not math.isfinite(value):
