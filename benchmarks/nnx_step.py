@@ -1,6 +1,6 @@
 """Median wall time of one jitted Flax NNX train step (credax.nnx.policy_loss_fn + adamw), after compile.
 
-Run: ``.venv/bin/python -m benchmarks.nnx_step [tiny|head ...]`` (default: both).
+Run: ``.venv/bin/python -m benchmarks.nnx_step [tiny] [head]`` (default: both).
 
 * ``tiny``: the README's TinyLM (embedding, causal prefix sum, tanh, head) at V=256, small enough
   that the step measures credax's loss plumbing plus optax.
@@ -154,16 +154,16 @@ def head(steps: int = 7, **sizes) -> dict:
     return out
 
 
-def main(argv) -> None:
-    which = argv or ["tiny", "head"]
-    unknown = set(which) - {"tiny", "head"}
+def main(steps: int = 30, models=("tiny",)) -> None:
+    """``models`` to run (``"tiny"``, ``"head"``); ``steps`` timed steps of the tiny model."""
+    unknown = set(models) - {"tiny", "head"}
     if unknown:
         raise SystemExit(f"unknown model(s) {sorted(unknown)}: choose tiny, head")
-    if "tiny" in which:
-        tiny()
-    if "head" in which:
+    if "tiny" in models:
+        tiny(steps)
+    if "head" in models:
         head()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(models=sys.argv[1:] or ("tiny", "head"))

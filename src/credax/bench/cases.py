@@ -841,6 +841,9 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         (r2, s2, anchors2, m2, g2), {"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5})
     add("shrinkage_baseline", credax.shrinkage_baseline, (r1, g1), (r2, g2))
     add("shrinkage_advantages", credax.shrinkage_advantages, (r1, g1), (r2, g2))
+    if hasattr(credax, "g2po_advantages"):
+        add("g2po_advantages", credax.g2po_advantages, (r1, anchors1, m1, g1),
+            (r2, anchors2, m2, g2), {"omega": 1.0}, {"omega": 0.5})
     if hasattr(credax, "gpg_advantages"):
         add("gpg_advantages", credax.gpg_advantages, (r1, g1), (r2, g2), {"f_norm": 1.0},
             {"f_norm": 0.5})

@@ -23,7 +23,9 @@ def render_markdown(data: dict) -> str:
         f"{threads}"
         f"{''.join(f', {k}={v}' for k, v in data['meta']['env'].items())}.",
         f"Machine: {m['nproc']} CPUs (`nproc`), {m['cpu_model']}; load average at start "
-        f"{', '.join(f'{x:.2f}' for x in (m['load_average'] or []))}; Python {m['python']}, "
+        f"{', '.join(f'{x:.2f}' for x in (m['load_average'] or []))} "
+        f"({load_label(m['load_average'])}); glibc tunables: "
+        f"{data['meta']['env'].get('GLIBC_TUNABLES') or 'none'}; Python {m['python']}, "
         f"jax {m['jax']}, jaxlib {m['jaxlib']}, NumPy {m['numpy']}, torch {m['torch']} "
         f"({m['torch_threads']} threads).",
         "",
