@@ -462,3 +462,13 @@ def test_lm_head_targets_read_time_ratios_and_memory_in_chunks():
                "logits"]["met"] is True
     assert got["LM head V=128k: credax chunked value_and_grad compiled temporaries, in chunks of "
                "logits"]["measured"] is None  # that case did not run
+
+
+@pytest.mark.parametrize("preset", ["quick", "default", "targets", "gpu"])
+def test_every_preset_has_lm_head_shapes_the_case_accepts(preset):
+    # the case walks whole chunks (T a multiple of chunk_size); the CPU and GPU presets measure
+    # both vocabulary sizes the targets are read at
+    shapes = make_config(preset, "cpu").lm_head
+    assert shapes and all(t % c == 0 for _, t, _, _, c in shapes)
+    if preset != "quick":
+        assert {v for *_, v, _ in shapes} == {32768, 131072}
