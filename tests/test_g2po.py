@@ -133,3 +133,20 @@ def test_matches_the_g2po_code(mode):
         np.testing.assert_allclose(got.advantages, want, rtol=2e-5, atol=2e-4, err_msg=f"case {case}")
         np.testing.assert_allclose(_padded(ref.g2po_rows(uid, traj, anchor, reward, act, mode=mode),
                                            where, mask.shape), want, rtol=1e-5, atol=1e-4)
+
+
+def test_episode_pooling():
+    # R = (10, 0), row 0 takes 2 steps, row 1 one. "step" (the code): mean over the 3 steps
+    # (10 + 10 + 0)/3 = 6.667 -> E = 3.333, -6.667; "trajectory": mean 5 -> E = ±5.
+    none = credax.Normalization(scale="none")
+    args = (np.array([10.0, 0.0]), np.array([[1, 2], [1, 0]]), np.array([[True, True], [True, False]]),
+            np.zeros(2, np.int32))
+    step = credax.g2po_advantages(*args, normalization=none).episode
+    traj = credax.g2po_advantages(*args, normalization=none, episode_pooling="trajectory").episode
+    np.testing.assert_allclose(step, [[10 / 3, 10 / 3], [-20 / 3, 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(traj, [[5.0, 5.0], [-5.0, 0.0]], rtol=1e-6)
+    # step_discount (credax's, off in the code): the step part of turn t is scaled by d^t.
+    out = credax.g2po_advantages(*args, normalization=none, step_discount=0.5, omega=2.0)
+    part = np.asarray(out.next_score) + np.asarray(out.score_gain)
+    want = np.asarray(out.episode) + 2.0 * np.array([[1.0, 0.5]]) * part
+    np.testing.assert_allclose(out.advantages, np.where(args[2], want, 0.0), rtol=1e-6)
