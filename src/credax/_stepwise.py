@@ -71,8 +71,9 @@ def mt_grpo_advantages(
     Stopping (verl issue #7244): the per-turn-index peer sets contain only rows that reached turn
     ``k``; that a row reached ``k`` is its history, so the baseline of turn ``k`` does not depend
     on the row's own actions from ``k`` on and this function adds no stopping-dependent term (on
-    the two-turn stopping MDP of ``tests/test_turn_baseline.py`` its expected gradient is the
-    policy gradient plus ``λ·`` each turn's reward credited to its own action, exactly). The RFC's
+    the two-turn stopping MDP of ``tests/test_turn_baseline.py``, with leave-one-out centring and
+    no std, its expected gradient is exactly the policy gradient plus ``λ·`` each turn's reward
+    credited to its own action). The RFC's
     bias — a hidden bonus of ``−E[r_k | turn k reached]`` on every "take another turn" — appears
     when per-index-normalised turn rewards are *summed over the remaining turns*; for a return
     credited per turn without it, use :func:`credax.unbiased_turn_advantages`.
