@@ -248,7 +248,7 @@ def test_errors_are_clear():
         credax.groups(ids)
     with pytest.raises(TypeError, match="`turn_mask` is a torch.Tensor"):
         credax.best_prior(np.zeros((1, 2), np.float32), torch.ones(1, 2, dtype=torch.bool))
-    with pytest.raises(ValueError, match="one device.*`rewards` on cpu.*`group_ids` on meta"):
+    with pytest.raises(ValueError, match="`group_ids` is a meta tensor"):  # no data to compute on
         ct.grpo_advantages(r, torch.empty(4, dtype=torch.int64, device="meta"))
     with pytest.raises(TypeError, match="`group_ids` must be an integer tensor"):
         ct.grpo_advantages(r, ids.float())

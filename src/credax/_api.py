@@ -9,6 +9,10 @@ Every public array function of credax is a plain Python body decorated with :fun
   a precomputed :class:`credax.Groups` hit the same compiled program and concrete 64-bit ids can
   be checked exactly; arrays sharded over *Explicit* mesh axes are replicated first
   (:func:`replicate_explicit`);
+* host arrays that JAX would narrow silently without ``jax_enable_x64`` are refused by name
+  before tracing (:func:`credax._checks.check_host_range`): a NumPy ``float64`` value finite but
+  beyond float32 (``1e39`` would become ``inf``), an ``int64`` / ``uint64`` index beyond int32
+  (``2**32`` would wrap to ``0``); converted ids and static options are exempt;
 * ``check`` sees the bound arguments before tracing: the only place where the *value* of a
   traced hyperparameter can be seen. Concrete values (Python numbers, NumPy scalars, committed
   JAX arrays — every ordinary call, including calls with Python floats from inside the caller's own
@@ -289,14 +293,21 @@ def jit_public(
         signature = inspect.signature(fn)
         params = list(signature.parameters)
         positions = {name: params.index(name) for name in convert if name in params}
+        # Converted arguments (ids, densified exactly on the host) and static options are not
+        # narrowed by JAX: no float32 / int32 range check for them.
+        exact = frozenset(convert) | frozenset(static_argnames)
         bind = _binder(signature)
 
         def arguments(args, kwargs):
             """The public call's checks and rewrites: what ``jitted`` is called with."""
             for name, value in zip(params, args, strict=False):  # before jit's generic error
                 _checks.reject_torch(value, name, fn.__name__)
+                if name not in exact:
+                    _checks.check_host_range(value, name)
             for name, value in kwargs.items():
                 _checks.reject_torch(value, name, fn.__name__)
+                if name not in exact:
+                    _checks.check_host_range(value, name)
             if check is not None or prepare is not None:
                 bound, passed = bind(args, kwargs)
                 if check is not None:

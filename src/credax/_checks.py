@@ -55,6 +55,57 @@ def reject_torch(x, name: str, function: str | None = None) -> None:
         )
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+_I32 = np.iinfo(np.int32)
+
+
+def _where(arr: np.ndarray, flat: int) -> str:
+    index = np.unravel_index(flat, arr.shape)
+    return str(index[0]) if len(index) == 1 else str(tuple(int(i) for i in index))
+
+
+def check_host_range(x, name: str) -> None:
+    """``ValueError`` for a host value that JAX would narrow silently without ``jax_enable_x64``.
+
+    JAX casts a NumPy ``float64`` array (or a list of floats) to float32 and an ``int64`` /
+    ``uint64`` one to 32 bits: a finite ``1e39`` becomes ``inf`` and a turn index ``2**32``
+    becomes ``0`` (a real turn). Such values are refused by name before tracing; NaN and ±inf
+    are not narrowed (they stay what they are) and follow the non-finite rule. Checked anywhere
+    in the array, masked entries included (the check cannot know which mask goes with it). JAX
+    arrays were narrowed already when they were made, and traced values cannot be seen.
+    """
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif type(x) is list and x:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError, OverflowError):
+            return  # ragged or exotic: left to the trace-time type checks
+    else:
+        return
+    if arr.size == 0 or jax.config.jax_enable_x64:
+        return
+    kind, size = arr.dtype.kind, arr.dtype.itemsize
+    if kind == "f" and size > 4:
+        with np.errstate(over="ignore", invalid="ignore"):
+            bad = np.isinf(arr.astype(np.float32)) & np.isfinite(arr)
+        if bad.any():
+            flat = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"`{name}` holds {float(arr.flat[flat]):g} at index {_where(arr, flat)}: finite in "
+                f"float64 but beyond float32's range (±{_F32_MAX:.4g}); without `jax_enable_x64` "
+                "JAX computes in float32 and would make it inf. Rescale the values, or enable x64.")
+    elif kind in "iu" and size > 4:
+        lo, hi = arr.min(), arr.max()
+        if lo < _I32.min or hi > _I32.max:
+            flat = int(np.flatnonzero((arr < _I32.min) | (arr > _I32.max))[0])
+            raise ValueError(
+                f"`{name}` holds {int(arr.flat[flat])} at index {_where(arr, flat)}, outside int32: "
+                "without `jax_enable_x64` JAX would wrap it to 32 bits silently. Ids belong in "
+                "`group_ids` / `anchor_ids` (densified exactly); other integer inputs (turn "
+                "indices, role codes, token ids) must fit in int32.")
+
+
 def as_float_array(x, name: str) -> jax.Array:
     """``x`` as an array of a real numeric dtype (float, int or bool), else ``TypeError``."""
     reject_torch(x, name)

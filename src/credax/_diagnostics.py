@@ -118,7 +118,7 @@ def dead_groups(
                       sg(_checks.safe_div(expected, num, num > 0)), num)
 
 
-@jit_grouped()
+@jit_grouped(anchors=True)  # 64-bit anchors are densified exactly on the host, as GiGPO's
 def anchor_hit_ratio(
     anchor_ids: Int[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -144,7 +144,7 @@ def anchor_hit_ratio(
     References:
       GiGPO (arXiv 2505.10978), the step-group statistics it reports.
     """
-    anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
+    anchors = _checks.as_index_array(anchor_ids, "anchor_ids")
     _checks.check_ndim(anchors, "anchor_ids", 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", anchors.shape)
     n = anchors.size
@@ -210,7 +210,7 @@ def credit_by_role(
     c = _checks.as_float_array(credit, "credit")
     _checks.check_ndim(c, "credit", 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", c.shape)
-    roles = _checks.as_int_array(roles, "roles")
+    roles = _checks.as_index_array(roles, "roles")  # int8 codes compared with num_roles: widen
     _checks.check_shape(roles, "roles", c.shape, "[B, K]")
     c = jax.lax.stop_gradient(c.astype(_checks.compute_dtype(c.dtype)))
     known = turn_mask & (roles >= 0) & (roles < num_roles)

@@ -23,10 +23,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import check_concrete, jit_public
+from ._api import check_concrete, concrete_numpy, jit_public
 from ._losses import aggregate_values, check_agg, check_normalizer
 from ._turns import check_token_turn, masked_discounted_sum, next_valid
 
@@ -61,7 +62,26 @@ class ValueLoss(NamedTuple):
 
 
 def _check_unit_interval(value, name: str) -> None:
+    """A concrete ``γ`` / ``λ`` in ``[0, 1]``: a scalar, or every value of a per-row ``[B]`` array
+    (NumPy, a list, or a committed JAX array, read back: ``B`` numbers). A traced one is used as
+    given (its values cannot be seen before tracing)."""
     check_concrete(value, name, lambda v: 0.0 <= v <= 1.0, "lie in [0, 1]")
+    if value is None or isinstance(value, jax.core.Tracer) or np.ndim(value) == 0:
+        return
+    if isinstance(value, jax.Array):
+        if not value.is_fully_addressable:
+            return
+        host = np.asarray(value)
+    else:
+        host = concrete_numpy(value)
+    if host is None or not (np.issubdtype(host.dtype, np.floating)
+                            or np.issubdtype(host.dtype, np.integer)):
+        return  # the trace-time check names the dtype
+    bad = np.flatnonzero(~((host >= 0) & (host <= 1)))
+    if bad.size:
+        i = int(bad[0])
+        shown = np.format_float_positional(host.reshape(-1)[i], trim="0")
+        raise ValueError(f"`{name}` must lie in [0, 1]; got {shown} at row {i}.")
 
 
 def _check_gae_args(a) -> None:

@@ -222,6 +222,12 @@ def groups(
     if isinstance(group_ids, Groups):
         return _check_groups(group_ids)
     _checks.reject_torch(group_ids, "group_ids", "groups")
+    if isinstance(group_ids, tuple):
+        # To JAX a tuple is a pytree of separate arguments, not an array: refuse it by name
+        # rather than guess (a tuple of key arrays is what groups_from_keys takes).
+        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
+                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
+                        "`np.asarray(ids)`.")
     _checks.check_option(layout, "layout", LAYOUTS)
     if layout == "contiguous":
         return _contiguous_groups(group_ids, group_size, num_groups)
@@ -350,6 +356,39 @@ def host_state_ids(ids):
     return host
 
 
+def exact_id(value, where: str):
+    """A dict key for an id of any hashable kind, equal exactly when the ids are equal by type
+    and value: ``1``, ``1.0``, ``True`` and ``"1"`` are four ids (Python's ``==`` merges the
+    first three), NumPy scalars count as the Python values they hold (``np.int64(1)`` is ``1``,
+    ``np.str_("a")`` is ``"a"``), tuples compare element by element the same way.
+
+    Raises:
+      ValueError: a NaN anywhere in the id (NaN != NaN: each row would be a group of its own, or
+        rows sharing one NaN object would merge). ``where`` names it.
+      TypeError: an unhashable id.
+    """
+    if isinstance(value, bool | np.bool_):
+        return ("bool", bool(value))
+    if isinstance(value, int | np.integer):
+        return ("int", int(value))
+    if isinstance(value, float | np.floating):
+        if value != value:
+            raise ValueError(f"{where}: NaN is not a usable id (NaN != NaN).")
+        return ("float", float(value))
+    if isinstance(value, str):
+        return ("str", str(value))
+    if isinstance(value, bytes):
+        return ("bytes", bytes(value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(exact_id(v, f"{where}[{j}]") for j, v in enumerate(value)))
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(f"{where}: ids must be hashable; got {type(value).__name__} "
+                        f"{value!r}.") from None
+    return (type(value), value)
+
+
 def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: bool = False,
                 prepare=None):
     """:func:`credax._api.jit_public` for functions taking ``group_ids``: ids → ``Groups`` first.
@@ -461,27 +500,23 @@ class Normalization(Mapping):
             _warn_deprecated(f"`scale={bool(scale)}` is deprecated; use `scale={replacement!r}` "
                              "(the same normalisation).")
             scale = replacement
-        _checks.check_option(scale, "scale", SCALE_MODES)
-        _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
+        values = _checked_fields((center, scale, ddof, eps, eps_mode, singleton, leave_one_out))
         if singleton == "center":
             _warn_deprecated("`singleton='center'` is deprecated; use `singleton='zero'` (the same "
                              "result for ddof <= 1: a set of one centred is 0).")
-        else:
-            _checks.check_option(singleton, "singleton", SINGLETON_MODES)
-        if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
-            raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
-                            f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
         if not center:
             _warn_deprecated(
                 "`center=False` is deprecated (no credax estimator or preset uses it) and will be "
                 "removed. Replacement: with scale='none' it returns x unchanged, use "
                 "`jnp.where(mask, x, 0)`; an uncentred std division has no replacement."
             )
-        ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
-        _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
-        values = (center, scale, ddof, eps, eps_mode, singleton, leave_one_out)
         for key, value in zip(NORMALIZE_KEYS, values, strict=True):
             object.__setattr__(self, key, value)
+
+    def __reduce__(self):
+        # copy, deepcopy and pickle rebuild through the checks (no second deprecation warning);
+        # the default protocol would set the slots through the refusing __setattr__.
+        return (_rebuild_normalization, (tuple(getattr(self, k) for k in NORMALIZE_KEYS),))
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Normalization is immutable; use `.replace({name}=...)`.")
@@ -517,8 +552,9 @@ class Normalization(Mapping):
 
     @classmethod
     def tree_unflatten(cls, static, children):
-        # No re-validation (and no second warning): the fields were checked when first built, and
-        # under a transformation `eps` may be a tracer or a sentinel.
+        # No check here (and no second warning): under a transformation `eps` may be a tracer or
+        # a sentinel. A rebuilt value (tree_map, hand-made aux data) is checked where it is used:
+        # every estimator passes its `normalization` through check_normalization first.
         out = object.__new__(cls)
         keys = [k for k in NORMALIZE_KEYS if k != "eps"]
         for key, value in zip(keys, static, strict=True):
@@ -527,19 +563,92 @@ class Normalization(Mapping):
         return out
 
 
+def _check_eps(eps) -> None:
+    """``eps`` is a non-negative finite real scalar (concrete) or a traced real scalar."""
+    if isinstance(eps, jax.core.Tracer):
+        kind = eps.dtype
+    elif type(eps) is float or type(eps) is int:
+        kind = None
+    elif isinstance(eps, np.ndarray | np.generic | jax.Array) and not isinstance(eps, np.bool_):
+        kind = eps.dtype
+        real = jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)
+        if real and np.ndim(eps) != 0:
+            raise ValueError(f"`eps` must be a scalar; got shape {np.shape(eps)}.")
+    else:
+        kind = False
+    if kind is False or (kind is not None and not (jnp.issubdtype(kind, jnp.floating)
+                                                  or jnp.issubdtype(kind, jnp.integer))):
+        shape = f" of shape {np.shape(eps)}" if hasattr(eps, "shape") else ""
+        raise TypeError(f"`eps` must be a real number (a Python float or a 0-d real array, which "
+                        f"may be traced); got {type(eps).__name__}{shape} {eps!r}.")
+    _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
+
+
+def _checked_fields(values: tuple) -> tuple:
+    """The fields of a Normalization, checked as the constructor checks them (no warnings:
+    deprecated spellings are allowed here and warned about by the constructor only)."""
+    center, scale, ddof, eps, eps_mode, singleton, leave_one_out = values
+    _checks.check_option(scale, "scale", SCALE_MODES)
+    _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
+    _checks.check_option(singleton, "singleton", (*SINGLETON_MODES, "center"))
+    if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
+        raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
+                        f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
+    ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
+    _check_eps(eps)
+    return center, scale, ddof, eps, eps_mode, singleton, leave_one_out
+
+
+def _rebuild_normalization(values: tuple) -> Normalization:
+    """A Normalization from its field values, checked (copy, deepcopy and pickle use it)."""
+    out = object.__new__(Normalization)
+    for key, value in zip(NORMALIZE_KEYS, _checked_fields(values), strict=True):
+        object.__setattr__(out, key, value)
+    return out
+
+
+def check_normalization(norm: Normalization) -> Normalization:
+    """``norm`` checked as the constructor checks it, for a value that may not come from the
+    constructor: ``tree_unflatten`` (``tree_map``, a transformation's output) sets the fields
+    without any check, since JAX unflattens with tracers and sentinels. Every estimator checks
+    its ``normalization`` here before use; a traced ``eps`` is left as it is."""
+    _checked_fields(tuple(getattr(norm, k) for k in NORMALIZE_KEYS))
+    return norm
+
+
 _DEFAULT_FIELDS = dict(Normalization().items())
 
 
 def as_normalization(value, name: str = "normalization") -> Normalization:
-    """``value`` as a :class:`Normalization`: ``None`` is the default, a mapping is its fields."""
+    """``value`` as a checked :class:`Normalization`: ``None`` is the default, a mapping is its
+    fields."""
     if value is None:
         return Normalization()
     if isinstance(value, Normalization):
-        return value
+        return check_normalization(value)
     if isinstance(value, Mapping):
         return Normalization(**value)
     raise TypeError(f"`{name}` must be a credax.Normalization (or a mapping of its fields); got "
                     f"{type(value).__name__}.")
+
+
+def _resolve(given, changes: dict) -> Normalization:
+    """``given`` (``None``, a Normalization or a mapping) with the keywords ``changes`` applied,
+    checked: the keywords override the object's fields before anything is checked, so a keyword
+    may repair a field (as a cached call does)."""
+    if not changes:
+        return as_normalization(given)
+    unknown = set(changes) - set(NORMALIZE_KEYS)
+    if unknown:
+        raise TypeError(f"Normalization has no field(s) {sorted(unknown)}; fields: "
+                        f"{list(NORMALIZE_KEYS)}.")
+    if given is None:
+        return Normalization(**changes)
+    if isinstance(given, Normalization):
+        return Normalization(**{**{k: getattr(given, k) for k in NORMALIZE_KEYS}, **changes})
+    if isinstance(given, Mapping):
+        return Normalization(**{**given, **changes})
+    return as_normalization(given)  # raises the TypeError naming `normalization`
 
 
 def resolve_normalization(keys: tuple[str, ...] = NORMALIZE_KEYS):
@@ -558,8 +667,7 @@ def resolve_normalization(keys: tuple[str, ...] = NORMALIZE_KEYS):
         key = _resolved_key(given, changes)
         resolved = _RESOLVED.get(key) if key is not None else None
         if resolved is None:
-            base = as_normalization(given)
-            resolved = base.replace(**changes) if changes else base
+            resolved = _resolve(given, changes)
             if key is not None:
                 if len(_RESOLVED) >= 256:  # a schedule of eps values must not grow it forever
                     _RESOLVED.clear()
@@ -844,6 +952,9 @@ def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normal
     eps_mode, singleton, leave_one_out = opts.eps_mode, opts.singleton, opts.leave_one_out
     dt = x.dtype
     eps = _checks.scalar(opts.eps, dt, "eps")
+    # A traced eps is not checked before tracing; a negative, NaN or infinite one would give
+    # finite garbage (den <= 0 is read as a zero spread): NaN at every scaled output instead.
+    bad_eps = ~((eps >= 0) & jnp.isfinite(eps))
 
     st = group_stats(x, g, mask, sum_sq=scale_level == "group", long_input=long_input)
     singleton_set = (st.count <= 1) | (st.count - ddof <= 0)
@@ -874,6 +985,7 @@ def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normal
             ratio = bst.unit * st.inv_unit  # >= 1; inf only when num is negligible anyway
             inv = st.inv_unit
             bad = bad | bst.nonfinite
+        bad = bad | bad_eps
         dof = count - ddof
         var = _checks.safe_div(sum_sq, dof, dof > 0)
         if eps_mode == "add":

@@ -8,7 +8,8 @@ Two entry points, both ``[B, T]`` out:
   chunked over the sequence with ``lax.scan`` + ``jax.checkpoint`` so the full logits never exist.
 
 Masked positions are selected to ``0`` (values there never matter, gradients included);
-out-of-range tokens at real positions are NaN, so a data bug stays visible.
+concrete out-of-range tokens at real positions raise a ``ValueError`` before tracing, and traced
+ones (inside the caller's ``jit``) are NaN, so a data bug stays visible either way.
 """
 
 from __future__ import annotations
@@ -139,6 +140,65 @@ def _check_temperature_arg(arguments) -> None:
     check_temperature(arguments["temperature"])
 
 
+@jax.jit
+def _first_out_of_range(tokens, vocab, mask):
+    """Flat index of the first unmasked token outside ``[0, vocab)``, or -1 (on the device: one
+    scalar comes back)."""
+    bad = ((tokens < 0) | (tokens >= vocab)) & mask
+    return jnp.where(jnp.any(bad), jnp.argmax(bad.reshape(-1)), -1)
+
+
+def check_token_range(tokens, vocab, mask) -> None:
+    """``ValueError`` for a concrete token id outside ``[0, vocab)`` at an unmasked position.
+
+    NumPy / list ids are checked on the host, a committed JAX array on its device (one scalar
+    comes back). Ids traced by the caller's ``jit`` cannot be seen: they give NaN there (the
+    documented behaviour), as do ids whose shape disagrees (the trace-time check names it).
+    """
+    if isinstance(tokens, jax.core.Tracer) or isinstance(mask, jax.core.Tracer) or vocab is None:
+        return
+    if isinstance(tokens, jax.Array):
+        if not tokens.is_fully_addressable or not jnp.issubdtype(tokens.dtype, jnp.integer):
+            return
+        host = None
+    else:
+        host = concrete_numpy(tokens)
+        if host is None or not np.issubdtype(host.dtype, np.integer):
+            return
+    shape = np.shape(tokens)
+    if mask is not None:
+        mask_dtype = mask.dtype if isinstance(mask, jax.Array) else np.asarray(mask).dtype
+        if np.shape(mask) != shape or mask_dtype != np.bool_:
+            return  # the trace-time checks name the mask's problem
+    if host is not None:
+        keep = np.ones(shape, bool) if mask is None else np.asarray(mask)
+        bad = np.flatnonzero(((host < 0) | (host >= vocab)) & keep)
+        flat = int(bad[0]) if bad.size else -1
+    else:
+        keep = jnp.ones(shape, bool) if mask is None else mask
+        found = _first_out_of_range(tokens, jnp.asarray(vocab, tokens.dtype), keep)
+        if isinstance(found, jax.core.Tracer):
+            return  # concrete ids closed over inside the caller's jit: the trace cannot look
+        flat = int(found)
+    if flat >= 0:
+        index = tuple(int(i) for i in np.unravel_index(flat, shape))
+        value = (host.reshape(-1)[flat] if host is not None else tokens.reshape(-1)[flat])
+        raise ValueError(
+            f"`tokens` must lie in [0, V={vocab}) at unmasked positions; tokens"
+            f"{list(index)} = {int(value)}. Mask padding ids (such as -100) out with `mask`; "
+            "inside your own jit such ids cannot be seen and give NaN there.")
+
+
+def _check_logprobs_args(arguments) -> None:
+    check_temperature(arguments["temperature"])
+    source = arguments.get("logits", arguments.get("unembedding"))
+    shape = np.shape(source) if hasattr(source, "shape") or isinstance(source, list) else None
+    if shape and len(shape) == (3 if "logits" in arguments else 2):
+        vocab = shape[-1] if "logits" in arguments else shape[1]
+        if vocab:
+            check_token_range(arguments["tokens"], vocab, arguments.get("mask"))
+
+
 def _inverse_temperature(temperature, dtype) -> jax.Array | None:
     return None if temperature is None else 1 / _checks.scalar(temperature, dtype, "temperature")
 
@@ -149,7 +209,7 @@ def _check_tokens(tokens, shape, name: str = "tokens") -> jax.Array:
     return tokens
 
 
-@jit_public(check=_check_temperature_arg)
+@jit_public(check=_check_logprobs_args)
 def token_logprobs(
     logits: Float[Array, "B T V"],
     tokens: Int[Array, "B T"],
@@ -190,12 +250,14 @@ def token_logprobs(
 
     Returns:
       ``float32[B, T]`` (float64 for float64 logits); ``0`` at masked positions; NaN at unmasked
-      positions whose token lies outside ``[0, V)``.
+      positions whose token lies outside ``[0, V)`` when the ids are traced by the caller's
+      ``jit`` (concrete ids raise instead).
 
     Raises:
       TypeError: ``tokens`` is not an integer array, or ``mask`` is not boolean.
       ValueError: ``logits`` is not ``[B, T, V]`` or the shapes disagree; a concrete
-        ``temperature`` that is not positive and finite.
+        ``temperature`` that is not positive and finite; a concrete token id (NumPy, list, or a
+        JAX array outside ``jit``) outside ``[0, V)`` at an unmasked position.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -225,16 +287,33 @@ def token_logprobs(
 
 
 def _entropy_values(logits: jax.Array, dtype, inv_temp: jax.Array | None = None) -> jax.Array:
-    """``H = logsumexp(z) - Σ_v softmax(z)_v z_v`` with ``z = logits / T``, in ``dtype``.
+    """``H = log S - Σ_v e^{s_v - log S} s_v`` with ``s = (logits - max) / T``, ``S = Σ e^s``.
 
-    Two fused reductions over the raw logits (the log-sum-exp, then the softmax-weighted sum),
-    each an elementwise expression inside its reduction: no ``[..., V]`` log-softmax or softmax is
-    materialised in the forward pass. ``max(·, 0)`` guards the float residue of a one-hot row.
+    The same quantity as ``logsumexp(z) - Σ softmax(z) z`` written on the *shifted* logits
+    ``s <= 0`` (the largest exactly 0): both terms are ``O(1)``, so the absolute error is float
+    resolution (~1e-7) whatever the logits' magnitude. The unshifted form subtracts two numbers
+    near the largest logit and loses everything below its ulp (logits ``[300, 290]``: float64
+    gives ``H = 4.994e-4``, float32 gave ``0.0``; now ``4.99e-4``). Two fused reductions over the
+    vocabulary, each an elementwise expression inside its reduction, as before: no ``[..., V]``
+    softmax is materialised in the forward pass. ``-inf`` logits are tokens of probability 0 and
+    add nothing (``e^s · s`` is 0 there, not ``0 · -inf = NaN``); a row of only ``-inf``
+    is no distribution and gives NaN. ``max(·, 0)`` guards the rounding of a one-hot row.
     """
-    lse = _logsumexp(logits, dtype, inv_temp)
-    z = _scaled(logits.astype(dtype), inv_temp)
-    weighted = jnp.sum(jnp.exp(z - lse[..., None]) * z, axis=-1)
-    return jnp.maximum(lse - weighted, jnp.zeros_like(lse))
+    top = jax.lax.stop_gradient(jnp.max(logits, axis=-1)).astype(dtype)
+    top = jnp.where(jnp.isfinite(top), top, jnp.zeros_like(top))
+    z = logits.astype(dtype)
+    total = jnp.sum(jnp.exp(_scaled(z - top[..., None], inv_temp)), axis=-1)
+    log_total = jnp.log(total)
+    # The same shifted logits for the second sum, spelt z + (-top) (bit-identical to z - top):
+    # an expression both sums shared would be materialised as a [..., V] array of its own
+    # (XLA merges identical expressions), ~2.5x slower on the CPU, measured.
+    # -inf (a token of probability 0) is clamped to a finite -1e30, whose e^s is exactly 0: the
+    # product is 0, not 0 · -inf = NaN, and the gradient there is 0. A clamp, not a select: the
+    # CPU's fused reduction takes it in (a select made XLA write the operand out first, ~2.5x).
+    s = jnp.maximum(_scaled(z + (-top)[..., None], inv_temp), jnp.asarray(-1e30, dtype))
+    weighted = jnp.sum(jnp.exp(s - log_total[..., None]) * s, axis=-1)
+    h = jnp.maximum(log_total - weighted, jnp.zeros_like(log_total))
+    return jnp.where(total > 0, h, jnp.full_like(h, jnp.nan))
 
 
 class LogprobsEntropy(NamedTuple):
@@ -265,7 +344,15 @@ def token_entropy(
       temperature: optional ``T > 0`` (may be traced); ``None`` is ``T = 1``.
 
     Returns:
-      ``float32[B, T]`` (float64 for float64 logits), ``>= 0``; ``0`` at masked positions.
+      ``float32[B, T]`` (float64 for float64 logits), ``>= 0``; ``0`` at masked positions. The
+      entropy is computed on the shifted logits, so its absolute error is float resolution
+      (~1e-7 in float32) whatever their magnitude (near one-hot rows such as ``[300, 290]`` keep
+      their ``4.99e-4``). ``-inf`` logits are tokens of probability 0; a row of only ``-inf`` is
+      NaN (no distribution); ``+inf`` or NaN logits give NaN.
+
+    Raises:
+      ValueError: ``logits`` is not ``[B, T, V]`` with ``V >= 1``, or ``mask`` has another shape;
+        a concrete ``temperature`` that is not positive and finite.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -279,6 +366,8 @@ def token_entropy(
     """
     logits = _checks.as_float_array(logits, "logits")
     _checks.check_ndim(logits, "logits", 3, "[B, T, V]")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"`logits` must have a vocabulary axis V >= 1; got shape {logits.shape}.")
     dtype = _checks.compute_dtype(logits.dtype)
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", logits.shape[:2])
@@ -287,7 +376,7 @@ def token_entropy(
     return out if mask is None else _checks.select(mask, out)
 
 
-@jit_public(static_argnames=("chunk_size", "with_entropy"), check=_check_temperature_arg)
+@jit_public(static_argnames=("chunk_size", "with_entropy"), check=_check_logprobs_args)
 def token_logprobs_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],
@@ -328,13 +417,14 @@ def token_logprobs_from_hidden(
 
     Returns:
       ``float32[B, T]`` (float64 for float64 inputs); ``0`` at masked positions; NaN at unmasked
-      positions whose token lies outside ``[0, V)``. With ``with_entropy``: a
+      positions whose token lies outside ``[0, V)`` when the ids are traced (concrete ids raise,
+      as in :func:`token_logprobs`). With ``with_entropy``: a
       ``LogprobsEntropy(logprobs, entropy)`` of two such arrays.
 
     Raises:
       TypeError: non-integer ``tokens``, non-boolean ``mask``, or a non-int ``chunk_size``.
-      ValueError: shapes disagree, ``chunk_size < 1``, or a concrete ``temperature`` that is not
-        positive and finite.
+      ValueError: shapes disagree, ``chunk_size < 1``, a concrete ``temperature`` that is not
+        positive and finite, or a concrete token id outside ``[0, V)`` at an unmasked position.
 
     Examples:
       >>> import credax, jax, jax.numpy as jnp

@@ -8,7 +8,7 @@ key                 value                                     meaning
 ==================  ========================================  ==================================
 ``prompt_id``       string, integer, or array of those        required; same id = same group
 ``turns``           non-empty array of turn objects           required, in order
-``prompt``          array of token ids (ints ``>= 0``)        optional, default ``[]``
+``prompt``          array of token ids (ints in [0, 2**31))   optional, default ``[]``
 ``outcome``         number or ``null``                        optional; ``null``: last score
 ``meta``            object                                    optional, carried along unread
 ==================  ========================================  ==================================
@@ -29,7 +29,10 @@ key                 value                                     meaning
 ==================  ========================================  ==================================
 
 A JSON array ``prompt_id`` becomes a tuple (hashable); integers of any size are kept exactly.
-:func:`write_rollouts` writes this schema, :func:`read_rollouts` reads it.
+Token ids are ints in ``[0, 2**31)`` (every batch holds them in int32). Text must be valid
+Unicode: a lone surrogate escape (``"\\ud800"`` without its pair) is refused, as UTF-8 cannot
+carry it. :func:`write_rollouts` writes this schema, each line checked by :func:`read_rollouts`'s
+own rules, and replaces a file atomically; :func:`read_rollouts` reads it.
 
 **verl's rollout dump** (``trainer.rollout_data_dir``): verl's ``RayPPOTrainer`` writes one file
 ``{global_step}.jsonl`` per training step into that directory, one line per response with the keys
@@ -45,16 +48,23 @@ volcengine/verl at commit 3d9df73353a546a98235b38653c2c163efb51420.
 
 Errors: a bad file raises :class:`RolloutFormatError` (a ``ValueError``) naming the file, the
 1-based line and the field (``turns[2].score``); nothing is returned from a file that has an error.
+That includes what Python's JSON parser itself refuses: nesting deeper than its recursion limit,
+integer literals beyond its digit limit (4300), and integers too large for a float as a number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+import secrets
+import stat
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import numpy as np
 
 from ._rollouts import Rollout, Turn
 
@@ -85,10 +95,16 @@ class _Bad(Exception):
         self.field, self.message = field, message
 
 
+_TOKEN_LIMIT = 2**31  # token ids are int32 in every batch (pad_rollouts refuses larger ones)
+
+
 def _number(value, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Bad(field, f"expected a number; got {type(value).__name__} {value!r}.")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer literal of hundreds of digits
+        raise _Bad(field, "expected a finite number; got an integer too large for a float.") from None
     if not math.isfinite(value):
         raise _Bad(field, f"expected a finite number; got {value}.")
     return value
@@ -98,9 +114,37 @@ def _token_list(value, field: str) -> list:
     if not isinstance(value, list):
         raise _Bad(field, f"expected an array of token ids; got {type(value).__name__}.")
     for j, x in enumerate(value):
-        if type(x) is not int or x < 0:  # bool is an int subclass: `type(x) is int` refuses it
-            raise _Bad(f"{field}[{j}]", f"expected a token id (an int >= 0); got {x!r}.")
+        # bool is an int subclass: `type(x) is int` refuses it
+        if type(x) is not int or x < 0 or x >= _TOKEN_LIMIT:
+            shown = x if type(x) is not int or x < 10**30 else f"an integer of {len(str(x))} digits"
+            raise _Bad(f"{field}[{j}]", f"expected a token id (an int in [0, 2**31)); got {shown!r}.")
     return value
+
+
+def _surrogate_path(value, path: str):
+    """The path of the first string (or mapping key) in ``value`` holding a lone surrogate, or
+    ``None``. Lone surrogates are not Unicode scalar values: UTF-8 cannot encode them."""
+    if isinstance(value, str):
+        return path if any("\ud800" <= c <= "\udfff" for c in value) else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if isinstance(k, str) and _surrogate_path(k, "x") is not None:
+                return (path or "") + " (a key)"
+            found = _surrogate_path(v, sub)
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for j, v in enumerate(value):
+            found = _surrogate_path(v, f"{path}[{j}]")
+            if found is not None:
+                return found
+    return None
+
+
+# A JSON escape of a surrogate code point: the only way a lone surrogate gets into parsed text
+# (raw bytes are checked by the UTF-8 decoder). Pairs are valid and are looked at only here.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _logprobs(value, n_action: int, field: str) -> list | None:
@@ -276,10 +320,25 @@ def read_rollouts(
                 except UnicodeDecodeError as err:
                     raise RolloutFormatError(name, number, None,
                                              f"not UTF-8 ({err.reason}).") from None
+                except RecursionError:
+                    raise RolloutFormatError(name, number, None, "not readable JSON: arrays or "
+                                             "objects nested too deeply.") from None
+                except ValueError as err:  # Python's limit on the digits of an integer literal
+                    raise RolloutFormatError(name, number, None, f"not readable JSON: an integer "
+                                             f"literal with too many digits ({err}).") from None
+                if _SURROGATE_ESCAPE.search(line):
+                    field = _surrogate_path(obj, "")
+                    if field is not None:
+                        raise RolloutFormatError(name, number, field, "text with a lone surrogate "
+                                                 "escape (\\ud800-\\udfff without its pair) is not "
+                                                 "valid Unicode.")
                 try:
                     rollout = parse(obj)
                 except _Bad as bad:
                     raise RolloutFormatError(name, number, bad.field, bad.message) from None
+                except RecursionError:  # a deeply nested prompt_id
+                    raise RolloutFormatError(name, number, None, "not a rollout: arrays nested "
+                                             "too deeply.") from None
                 rollout.meta["source"] = f"{name}:{number}"
                 out.append(rollout)
     if progress is not None:
@@ -287,49 +346,107 @@ def read_rollouts(
     return out
 
 
-def _jsonable_key(value, field: str):
-    if isinstance(value, tuple):
-        return [_jsonable_key(v, f"{field}[{j}]") for j, v in enumerate(value)]
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise TypeError(f"`{field}`: ids written to credax JSONL must be strings, ints or tuples of "
-                    f"those; got {type(value).__name__} {value!r}.")
+def _jsonable_key(value, field: str, *, tuples: bool):
+    """A prompt id (``tuples``: strings, ints or a non-empty flat tuple of those) or an anchor
+    (strings or ints) as the JSON value :func:`read_rollouts` reads back as the same id."""
+    if isinstance(value, str):
+        return str(value)  # np.str_ too
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        return int(value)
+    if tuples and isinstance(value, tuple):
+        if not value:
+            raise ValueError(f"`{field}`: an empty tuple cannot be written (read_rollouts needs a "
+                             "non-empty array of strings and ints).")
+        return [_jsonable_key(v, f"{field}[{j}]", tuples=False) for j, v in enumerate(value)]
+    allowed = "strings, ints or non-empty tuples of those" if tuples else "strings or ints"
+    raise TypeError(f"`{field}`: ids written to credax JSONL must be {allowed}; got "
+                    f"{type(value).__name__} {value!r}.")
 
 
 def _json_number(value, field: str) -> float:
     """A score, reward or outcome as a finite float: JSON has no NaN or inf."""
-    value = float(value)
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer |
+                                                            np.floating):
+        raise TypeError(f"`{field}` must be a number to be written; got {type(value).__name__} "
+                        f"{value!r}.")
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ValueError(f"`{field}` must be finite to be written; got an integer too large for a "
+                         "float.") from None
     if not math.isfinite(value):
         raise ValueError(f"`{field}` must be finite to be written (JSON has no NaN or inf); got "
                          f"{value}.")
     return value
 
 
+def _json_tokens(values, field: str) -> list[int]:
+    """Token ids as a list of Python ints in ``[0, 2**31)``, as :func:`read_rollouts` accepts."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
+        bad = np.flatnonzero((values < 0) | (values >= _TOKEN_LIMIT))
+        if bad.size:
+            j = int(bad[0])
+            raise ValueError(f"`{field}[{j}]`: token ids must lie in [0, 2**31); got {values[j]}.")
+        return values.tolist()
+    out = []
+    for j, x in enumerate(values):
+        if isinstance(x, bool | np.bool_) or not isinstance(x, int | np.integer):
+            raise TypeError(f"`{field}[{j}]`: expected a token id (an int in [0, 2**31)); got "
+                            f"{type(x).__name__} {x!r}.")
+        if not 0 <= x < _TOKEN_LIMIT:
+            raise ValueError(f"`{field}[{j}]`: token ids must lie in [0, 2**31); got {x}.")
+        out.append(int(x))
+    return out
+
+
 def _rollout_json(rollout: Rollout, where: str) -> dict:
     """One rollout as the JSON object of the credax schema (the inverse of reading a line)."""
-    obj: dict[str, Any] = {"prompt_id": _jsonable_key(rollout.prompt_id, f"{where}.prompt_id")}
+    obj: dict[str, Any] = {"prompt_id": _jsonable_key(rollout.prompt_id, f"{where}.prompt_id",
+                                                      tuples=True)}
     if len(rollout.prompt):
-        obj["prompt"] = [int(x) for x in rollout.prompt]
+        obj["prompt"] = _json_tokens(rollout.prompt, f"{where}.prompt")
+    raw_turns = rollout.turns
+    if isinstance(raw_turns, str | bytes | Turn) or not hasattr(raw_turns, "__iter__"):
+        raise TypeError(f"`{where}.turns` must be a sequence of credax.Turn; got "
+                        f"{type(raw_turns).__name__}.")
     turns = []
-    for k, t in enumerate(rollout.turns):
+    for k, t in enumerate(raw_turns):
         tw = f"{where}.turns[{k}]"
-        turn: dict[str, Any] = {"action": [int(x) for x in t.action],
+        if not isinstance(t, Turn):
+            raise TypeError(f"`{tw}` must be a credax.Turn; got {type(t).__name__}.")
+        turn: dict[str, Any] = {"action": _json_tokens(t.action, f"{tw}.action"),
                                 "score": _json_number(t.score, f"{tw}.score")}
         if len(t.observation):
-            turn["observation"] = [int(x) for x in t.observation]
+            turn["observation"] = _json_tokens(t.observation, f"{tw}.observation")
         if t.role is not None:
-            turn["role"] = t.role if isinstance(t.role, str) else int(t.role)
-        if t.reward:
-            turn["reward"] = _json_number(t.reward, f"{tw}.reward")
+            if isinstance(t.role, str):
+                turn["role"] = str(t.role)
+            elif isinstance(t.role, int | np.integer) and not isinstance(t.role, bool | np.bool_):
+                turn["role"] = int(t.role)  # credax.Role (an IntEnum) too
+            else:
+                raise TypeError(f"`{tw}.role` must be a label string, an integer or None to be "
+                                f"written; got {type(t.role).__name__} {t.role!r}.")
+        reward = _json_number(t.reward, f"{tw}.reward")
+        if reward:
+            turn["reward"] = reward
         if t.anchor is not None:
-            turn["anchor"] = _jsonable_key(t.anchor, f"{tw}.anchor")
+            turn["anchor"] = _jsonable_key(t.anchor, f"{tw}.anchor", tuples=False)
         if t.logprobs is not None:
-            turn["logprobs"] = [_json_number(x, f"{tw}.logprobs[{j}]")
-                                for j, x in enumerate(t.logprobs)]
+            values = [_json_number(v, f"{tw}.logprobs[{j}]") for j, v in enumerate(t.logprobs)]
+            if len(values) != len(turn["action"]):
+                raise ValueError(f"`{tw}.logprobs` has {len(values)} values for "
+                                 f"{len(turn['action'])} action tokens.")
+            turn["logprobs"] = values
         turns.append(turn)
+    if not turns:
+        raise ValueError(f"`{where}.turns`: a rollout needs at least one turn (read_rollouts "
+                         "refuses an empty one).")
     obj["turns"] = turns
     if rollout.outcome is not None:
         obj["outcome"] = _json_number(rollout.outcome, f"{where}.outcome")
+    if not isinstance(rollout.meta, Mapping):
+        raise TypeError(f"`{where}.meta` must be a mapping (a JSON object) to be written; got "
+                        f"{type(rollout.meta).__name__}.")
     meta = {k: v for k, v in rollout.meta.items() if k != "source"}
     if meta:
         try:
@@ -341,20 +458,74 @@ def _rollout_json(rollout: Rollout, where: str) -> dict:
     return obj
 
 
+def _line(rollout, where: str) -> bytes:
+    """One rollout as the UTF-8 bytes of its line, checked as :func:`read_rollouts` checks it."""
+    if not isinstance(rollout, Rollout):
+        raise TypeError(f"`{where}` must be a credax.Rollout; got {type(rollout).__name__}.")
+    obj = _rollout_json(rollout, where)
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        field = _surrogate_path(obj, "") or "?"
+        raise ValueError(f"`{where}.{field}`: text with a lone surrogate (\\ud800-\\udfff without its "
+                         "pair) is not valid Unicode and cannot be written as UTF-8 (read_rollouts "
+                         "refuses it too).") from None
+    try:  # the reader's own checks on the line as written: what is written is what it reads
+        _credax_line(json.loads(data))
+    except _Bad as bad:
+        raise ValueError(f"`{where}.{bad.field}`: {bad.message} (read_rollouts would refuse the "
+                         "line).") from None
+    return data + b"\n"
+
+
+def _replace_atomically(path, data: bytes) -> None:
+    """Write ``data`` to a new file beside ``path``, then rename it over ``path`` (atomic on POSIX
+    and Windows): the old file is intact until the new one is complete, and a failure at any point
+    removes the temporary file. A symlink's target is replaced; an existing file keeps its mode."""
+    target = os.path.realpath(os.fspath(path))
+    directory = os.path.dirname(target)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"`path`: no such directory: {directory}")
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:
+        with open(tmp, "xb") as fh:  # created with the default mode (umask applied)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        except FileNotFoundError:
+            pass  # a new file
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_rollouts(path: str | os.PathLike, rollouts: Iterable[Rollout]) -> None:
     """Write rollouts as credax JSONL (one line each; ``meta["source"]`` is not written).
 
-    Every rollout is checked and serialised before the file is opened, so a rollout that cannot
-    be written leaves no partial file behind.
+    Every rollout is checked and serialised first, each line with :func:`read_rollouts`'s own
+    checks, so a file written here is a file it reads back, value for value. The file is then
+    replaced atomically (written beside it, then renamed over it): on any failure — a rollout that
+    cannot be written, an iterator that raises, a full disk — an existing file is left exactly as it
+    was and no partial or temporary file is left behind.
 
     Raises:
-      TypeError: an id that JSON cannot carry exactly (anything but strings, ints, tuples), a
-        ``meta`` JSON cannot carry; the message names the field (``rollouts[i].prompt_id``).
-      ValueError: a non-finite score, reward or outcome, or a NaN/inf in ``meta`` (JSON has no
-        NaN); the message names the field (``rollouts[i].turns[k].score``).
+      TypeError: ``rollouts`` is not an iterable of :class:`~credax.Rollout`; an id that JSON cannot
+        carry exactly (anything but strings, ints and, for ``prompt_id``, flat tuples of those), a
+        token id that is not an int, a score that is not a number (``True``, ``"1.0"``), a role
+        that is not a string or an int, a ``meta`` JSON cannot carry. The message names the field
+        (``rollouts[i].turns[k].action[j]``).
+      ValueError: a non-finite score, reward or outcome, a NaN/inf in ``meta`` (JSON has no NaN), a
+        token id outside ``[0, 2**31)``, text with a lone surrogate (not valid Unicode), an empty
+        tuple id or no turns; the message names the field (``rollouts[i].turns[k].score``).
+      FileNotFoundError: the directory of ``path`` does not exist.
     """
-    lines = [json.dumps(_rollout_json(r, f"rollouts[{i}]"), ensure_ascii=False, allow_nan=False)
-             for i, r in enumerate(rollouts)]
-    with open(path, "w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line + "\n")
+    if isinstance(rollouts, Rollout | str | bytes) or not hasattr(rollouts, "__iter__"):
+        raise TypeError(f"`rollouts` must be an iterable of credax.Rollout; got "
+                        f"{type(rollouts).__name__}.")
+    data = b"".join(_line(r, f"rollouts[{i}]") for i, r in enumerate(rollouts))
+    _replace_atomically(path, data)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import Groups, jit_grouped, prepare, segment_stats
+from ._groups import Groups, _pow2, _unit_exponent, jit_grouped, prepare, segment_stats
 
 
 class Shrinkage(NamedTuple):
@@ -36,11 +37,25 @@ class Shrinkage(NamedTuple):
 
 
 def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
-    """Shrinkage baseline on prepared ``r[B]`` (compute dtype, bool mask)."""
+    """Shrinkage baseline on prepared ``r[B]`` (compute dtype, bool mask).
+
+    Everything is computed in *batch units*: values divided by ``u``, an exact power of two near
+    the batch's largest finite magnitude, so the squared spreads can neither overflow (rewards of
+    ``1e20`` squared are ``1e40``, beyond float32) nor underflow (``1e-20`` squared is ``0``, which
+    read as "identical prompt means" gave ``c = 1``) for any finite input. ``c`` is a ratio of two
+    quantities in units squared and does not change; dividing by a power of two is exact, so for
+    ordinary rewards the statistics are bit-identical to the unscaled computation. A NaN/±inf reward
+    at a valid row enters the grand mean and the pooled variance: every valid output is NaN.
+    """
     dt = r.dtype
     st = segment_stats(r, g.index, g.num_groups, mask)
+    finite_valid = mask & jnp.isfinite(r)
+    absmax = jnp.max(jnp.where(finite_valid, jnp.abs(r), jnp.zeros_like(r)), initial=0.0)
+    e = _unit_exponent(jax.lax.stop_gradient(absmax))
+    u, inv_u = _pow2(e, dt), _pow2(-e, dt)
+    to_batch = st.unit * inv_u  # set units -> batch units (a power of two)
     n = st.count
-    mu = st.mean_value()  # per-prompt mean at each row (statistics are in set units)
+    mu = st.shift * inv_u + st.mean * to_batch  # per-prompt mean at each row, batch units
     inv_n = _checks.safe_div(jnp.ones_like(n), n, mask & (n > 0))
     prompts = jnp.sum(inv_n)  # P: each prompt's rows add up to 1
     grand = _checks.safe_div(jnp.sum(inv_n * mu), prompts, prompts > 0)
@@ -48,7 +63,7 @@ def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
     # Pooled within-prompt variance: Σ (r - μ_p)² / Σ_p (n_p - 1); sum_sq is per prompt, so the
     # 1/n_p weights sum it once per prompt.
     within_dof = jnp.sum(mask, dtype=dt) - prompts
-    sum_sq = st.sum_sq * st.unit * st.unit  # back in the units of r, squared
+    sum_sq = st.sum_sq * to_batch * to_batch  # batch units squared
     sigma2 = _checks.safe_div(jnp.sum(inv_n * sum_sq), within_dof, within_dof > 0.5)
     # The noise variance of the estimate being shrunk: σ²/n (the prompt mean) or σ²/(n-1) (the
     # mean of the others, RLOO).
@@ -60,11 +75,18 @@ def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
     c = jnp.where(m > 0, jnp.clip(c, 0, 1), jnp.ones_like(c))  # no peer at all: the grand mean
     c = jnp.where(within_dof > 0.5, c, jnp.where(m > 0, jnp.zeros_like(c), c))
     if leave_one_out:
-        own = st.value(st.shifted - st.mean)  # r_i - μ_p (exact 0 for a constant prompt)
+        own = (st.shifted - st.mean) * to_batch  # r_i - μ_p (exact 0 for a constant prompt)
         estimate = mu - _checks.safe_div(own, n - 1, n > 1)  # mean of the others
     else:
         estimate = mu
-    baseline = grand + (1 - c) * (estimate - grand)
+    # (1 - c)·μ̂ + c·μ̄: exactly μ̂ at c = 0 and μ̄ at c = 1, however far apart they are.
+    baseline = ((1 - c) * estimate + c * grand) * u
+    grand = grand * u
+    # A valid non-finite reward is in every prompt's formula (through μ̄ and σ²).
+    poisoned = jnp.any(mask & ~finite_valid)
+    nan = jnp.full_like(baseline, jnp.nan)
+    baseline, c = jnp.where(poisoned, nan, baseline), jnp.where(poisoned, nan, c)
+    grand = jnp.where(poisoned, jnp.nan, grand)
     zero = jnp.zeros_like(baseline)
     return jnp.where(mask, baseline, zero), jnp.where(mask, c, zero), grand
 

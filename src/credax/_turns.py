@@ -362,6 +362,8 @@ def next_valid(x: jax.Array, mask: jax.Array, init: jax.Array) -> jax.Array:
         x_t, m_t = col
         return jnp.where(m_t, x_t, carry), carry
 
+    if x.shape[1] == 0:  # no positions: nothing follows anything (x[:, 0] does not exist)
+        return x
     # ``+ 0`` gives the carry the rows' sharding: under an Explicit mesh ``jnp.where`` needs its
     # cases sharded alike, and an unsharded ``init`` (a default bootstrap) would not be.
     init = init + jnp.zeros_like(x[:, 0])
@@ -378,6 +380,8 @@ def masked_discounted_sum(x: jax.Array, mask: jax.Array, discount: jax.Array) ->
     stable for any horizon.
     """
     discount = jnp.broadcast_to(discount, x.shape[:1])
+    if x.shape[1] == 0:  # no positions: an empty sum
+        return jnp.zeros_like(x)
 
     def step(carry, col):
         x_t, m_t = col

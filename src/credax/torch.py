@@ -11,7 +11,9 @@ and returning torch tensors on the inputs' device (NamedTuples keep their fields
 2. densifies 64-bit ids (``group_ids``, ``anchor_ids``) exactly before JAX sees them (``np.unique``
    on the host for CPU tensors, ``torch.unique`` on the device for CUDA tensors): without
    ``jax_enable_x64`` JAX would cast them to int32 and merge ids that differ only above bit 32.
-   Other int64 tensors (``token_turn``, ``roles``) are checked to fit in int32 and narrowed;
+   Other int64 and uint32 / uint64 tensors (``token_turn``, ``roles``) are checked to fit in
+   int32 and narrowed; float64 tensors (x64 off) are checked to hold no finite value beyond
+   float32 (JAX would make it inf); meta-device tensors (no data) are refused by name;
 3. runs credax's compiled function on that device;
 4. waits for the results (``block_until_ready``) and hands them back through DLPack, again
    without a copy. The wait is what makes it safe for the caller to overwrite its input buffers
@@ -71,6 +73,54 @@ def _x64() -> bool:
     return bool(jax.config.jax_enable_x64)
 
 
+_UNSIGNED_WIDE = (torch.uint32, torch.uint64)
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_tensor(tensor, name: str) -> None:
+    """``ValueError`` for a meta-device tensor (a shape and a dtype, no data), naming it."""
+    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
+        raise ValueError(f"`{name}` is a meta tensor (shape and dtype only, no data): credax computes "
+                         "on values; pass a tensor on a real device (cpu, cuda).")
+
+
+def _fits_int32(t: torch.Tensor, name: str) -> None:
+    """``t`` (a 64-bit or unsigned 32-bit integer tensor) holds only int32 values, else raise.
+
+    torch implements neither ``aminmax`` nor comparisons for uint32 / uint64, so unsigned values
+    are checked on their bits: ``v`` fits in int32 iff ``v >> 31 == 0`` (read as int64: uint32
+    widens exactly, uint64 is reinterpreted, and a top bit set makes it negative, never 0)."""
+    if not t.numel():
+        return
+    if t.dtype in _UNSIGNED_WIDE:
+        wide = t.to(torch.int64) if t.dtype == torch.uint32 else t.view(torch.int64)
+        if bool(((wide >> 31) != 0).any()):
+            flat = int(torch.nonzero(((wide >> 31) != 0).reshape(-1))[0])
+            value = int(np.asarray(t.reshape(-1)[flat:flat + 1].cpu().numpy())[0])
+            raise ValueError(f"`{name}` holds {value} ({t.dtype}), outside int32: JAX without x64 "
+                             "would wrap it. Ids belong in `group_ids`/`anchor_ids` (densified "
+                             "exactly), other integer inputs must fit in int32.")
+        return
+    lo, hi = torch.aminmax(t)
+    if int(lo) < _INT32.min or int(hi) > _INT32.max:
+        raise ValueError(
+            f"`{name}` holds values in [{int(lo)}, {int(hi)}], outside int32: JAX without "
+            "x64 would wrap them. Ids belong in `group_ids`/`anchor_ids` (densified "
+            "exactly), other integer inputs must fit in int32."
+        )
+
+
+def _fits_float32(t: torch.Tensor, name: str) -> None:
+    """A float64 tensor (x64 off) holds no finite value beyond float32 (JAX would make it inf)."""
+    bad = torch.isfinite(t) & torch.isinf(t.to(torch.float32))
+    if bool(bad.any()):
+        flat = int(torch.nonzero(bad.reshape(-1))[0])
+        value = float(t.reshape(-1)[flat])
+        raise ValueError(f"`{name}` holds {value:g} at flat index {flat}: finite in float64 but "
+                         f"beyond float32's range (±{_F32_MAX:.4g}); without `jax_enable_x64` JAX "
+                         "computes in float32 and would make it inf. Rescale, or enable x64.")
+
+
 def to_jax(tensor: torch.Tensor, name: str = "tensor") -> jax.Array:
     """A torch tensor as a JAX array on the same device, through DLPack without a copy.
 
@@ -84,17 +134,13 @@ def to_jax(tensor: torch.Tensor, name: str = "tensor") -> jax.Array:
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"`{name}` must be a torch.Tensor; got {type(tensor).__name__}.")
+    check_tensor(tensor, name)
     t = tensor.detach()
     if t.dtype in _WIDE_INTS and not _x64():
-        if t.numel():
-            lo, hi = torch.aminmax(t)
-            if int(lo) < _INT32.min or int(hi) > _INT32.max:
-                raise ValueError(
-                    f"`{name}` holds values in [{int(lo)}, {int(hi)}], outside int32: JAX without "
-                    "x64 would wrap them. Ids belong in `group_ids`/`anchor_ids` (densified "
-                    "exactly), other integer inputs must fit in int32."
-                )
+        _fits_int32(t, name)
         t = t.to(torch.int32)
+    elif t.dtype == torch.float64 and not _x64():
+        _fits_float32(t, name)
     return jax.dlpack.from_dlpack(t.contiguous())
 
 
@@ -115,6 +161,7 @@ def dense_ids(ids: torch.Tensor, name: str = "ids") -> torch.Tensor:
     """
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"`{name}` must be a torch.Tensor; got {type(ids).__name__}.")
+    check_tensor(ids, name)
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
         raise TypeError(f"`{name}` must be an integer tensor; got dtype {ids.dtype}.")
     ids = ids.detach()
@@ -125,6 +172,8 @@ def dense_ids(ids: torch.Tensor, name: str = "ids") -> torch.Tensor:
         # loaded 2-core machine (thread oversubscription); both are exact.
         _, inverse = np.unique(ids.numpy(), return_inverse=True)
         return torch.from_numpy(inverse.astype(np.int32).reshape(ids.shape))
+    if ids.dtype in _UNSIGNED_WIDE:  # torch.unique may not take them: equal bits, equal ids
+        ids = ids.to(torch.int64) if ids.dtype == torch.uint32 else ids.view(torch.int64)
     _, inverse = torch.unique(ids, return_inverse=True)
     return inverse.to(torch.int32).reshape(ids.shape)
 
@@ -169,6 +218,7 @@ def _check_devices(arguments: dict, function: str) -> None:
     devices: dict = {}
     for name, value in arguments.items():
         if isinstance(value, torch.Tensor):
+            check_tensor(value, name)
             devices.setdefault(value.device, name)
     if len(devices) > 1:
         found = ", ".join(f"`{name}` on {device}" for device, name in devices.items())
@@ -238,4 +288,5 @@ for _name in _BRIDGED:
     globals()[_name] = _bridge(getattr(credax, _name), group_as_ids=_name in _GROUP_AS_IDS)
 del _name
 
-__all__ = sorted([*_BRIDGED, "HOST_SIDE", "JAX_ONLY", "dense_ids", "groups", "to_jax", "to_torch"])
+__all__ = sorted([*_BRIDGED, "HOST_SIDE", "JAX_ONLY", "check_tensor", "dense_ids", "groups", "to_jax",
+                  "to_torch"])

@@ -24,7 +24,9 @@ computes advantages). :func:`register` adds a variant with other options under a
 The adapter (:func:`from_verl`) reads verl's batch fields:
 
 * ``uid`` (``non_tensor_batch``, the ``index`` argument verl passes) → group ids, densified exactly
-  on the host (``np.unique``; uids are strings or integers of any width);
+  on the host by type and value (uids are strings, integers of any width or tuples; ``1``,
+  ``1.0``, ``True`` and ``"1"`` are four prompts, NumPy scalars count as the Python values they
+  hold; a NaN uid raises ``ValueError``: NaN != NaN);
 * ``response_mask`` ``[B, L]`` → turns: in a multi-turn verl rollout the response holds the
   model's tokens (mask 1) interleaved with tool or environment tokens (mask 0), so each maximal run
   of 1s is one turn. ``token_turn[b, t]`` is that run's index, ``-1`` on masked tokens;
@@ -36,8 +38,11 @@ The adapter (:func:`from_verl`) reads verl's batch fields:
 * ``non_tensor_batch`` entries, one sequence per row with one value per turn:
   ``turn_scores`` (per-turn scores; overrides the token-level ones), ``turn_roles`` (TRIAGE
   labels, parsed by :func:`credax.parse_roles`) and ``anchor_ids`` (GiGPO's anchor states: any
-  hashable values, densified exactly). A row whose sequence length differs from its number of
-  turns raises ``ValueError`` naming the row.
+  hashable values, densified exactly as uids are). A row whose sequence length differs from its
+  number of turns raises ``ValueError`` naming the row; a row that is a string (``"DE"`` for
+  two labels) or a scalar raises ``TypeError``; a turn score that is not a finite number within
+  float32's range raises naming the row and the turn. ``num_turns`` must be an int ``>= 1``;
+  meta-device tensors are refused by name.
 
 verl 0.9.1's ``compute_advantage`` (``ray_trainer.py``) forwards ``non_tensor_batch`` only to its
 GDPO estimator. Estimators that need nothing from it (GRPO, Dr. GRPO, RLOO, and TCPO / MT-GRPO
@@ -77,6 +82,7 @@ from verl.trainer.ppo import core_algos
 
 import credax
 import credax.torch as ct
+from credax._groups import exact_id
 
 __all__ = ["ESTIMATORS", "VerlTurns", "compute_advantage", "from_verl", "make_estimator",
            "register", "turns_from_response_mask", "uid_to_group_ids"]
@@ -96,19 +102,45 @@ class VerlTurns(NamedTuple):
     anchor_ids: torch.Tensor | None  # int32[B, K] from non_tensor_batch["anchor_ids"]
 
 
-def _dense_codes(values) -> np.ndarray:
-    """Any hashable values → dense int32 codes, equal exactly where the values are equal."""
+def _dense_codes(values, where) -> np.ndarray:
+    """Any hashable values → dense int32 codes, equal exactly where the values are equal by type
+    and value (:func:`credax._groups.exact_id`: ``1``, ``1.0``, ``True`` and ``"1"`` are four
+    ids; a NaN raises). ``where(i)`` names value ``i`` in an error."""
     codes: dict = {}
-    return np.fromiter((codes.setdefault(v, len(codes)) for v in values), dtype=np.int32,
-                       count=len(values))
+    return np.fromiter((codes.setdefault(exact_id(v, where(i)), len(codes))
+                        for i, v in enumerate(values)), dtype=np.int32, count=len(values))
 
 
 def uid_to_group_ids(index, device=None) -> torch.Tensor:
-    """verl's ``uid`` array (strings, or integers of any width) → dense ``int32[B]`` group ids."""
-    uid = np.asarray(index, dtype=object)
-    if uid.ndim != 1:
-        raise ValueError(f"`index` (verl's uid) must be 1-D, one uid per row; got shape {uid.shape}.")
-    return torch.from_numpy(_dense_codes(uid.tolist())).to(device)
+    """verl's ``uid`` array (strings, or integers of any width, or tuples) → dense ``int32[B]``
+    group ids, exact by type and value (see :func:`_dense_codes`).
+
+    Raises:
+      TypeError: ``index`` is a string (not a sequence of uids), or a uid is unhashable.
+      ValueError: ``index`` is not 1-D, or a uid is (or holds) NaN.
+    """
+    if isinstance(index, str | bytes):
+        raise TypeError(f"`index` (verl's uid) must be a sequence of uids, one per row; got a "
+                        f"string {index!r}.")
+    if isinstance(index, np.ndarray):
+        if index.ndim != 1:
+            raise ValueError(f"`index` (verl's uid) must be 1-D, one uid per row; got shape "
+                             f"{index.shape}.")
+        values = index.tolist()
+    else:
+        values = list(index)  # a list of tuples stays one uid per row
+    return torch.from_numpy(_dense_codes(values, lambda i: f"`index` row {i}")).to(device)
+
+
+def _check_num_turns(num_turns) -> int | None:
+    if num_turns is None:
+        return None
+    if isinstance(num_turns, bool) or not isinstance(num_turns, int | np.integer):
+        raise TypeError(f"`num_turns` must be a Python int or None; got "
+                        f"{type(num_turns).__name__} {num_turns!r}.")
+    if num_turns < 1:
+        raise ValueError(f"`num_turns` must be >= 1; got {num_turns}.")
+    return int(num_turns)
 
 
 def _bucket(n: int) -> int:
@@ -127,6 +159,8 @@ def turns_from_response_mask(response_mask: torch.Tensor, *, num_turns: int | No
       >>> tt.tolist(), tm.tolist()
       ([[0, 0, -1, -1, 1, -1]], [[True, True]])
     """
+    ct.check_tensor(response_mask, "response_mask")
+    num_turns = _check_num_turns(num_turns)
     if response_mask.ndim != 2:
         raise ValueError(f"`response_mask` must be [B, L]; got shape {tuple(response_mask.shape)}.")
     m = response_mask.detach() != 0
@@ -161,18 +195,51 @@ def _turn_sums(values: torch.Tensor, token_turn: torch.Tensor, num_turns: int) -
 
 
 def _per_turn(rows, field: str, turn_mask: torch.Tensor) -> list:
+    name = f"non_tensor_batch['{field}']"
+    if isinstance(rows, str | bytes) or not hasattr(rows, "__len__") or getattr(rows, "ndim", 1) == 0:
+        raise TypeError(f"{name} must be one sequence per row (one value per turn); got "
+                        f"{type(rows).__name__} {rows!r}.")
     rows = list(rows)
     counts = turn_mask.sum(dim=1).tolist()
     if len(rows) != len(counts):
-        raise ValueError(f"non_tensor_batch['{field}'] has {len(rows)} rows; the batch has "
-                         f"{len(counts)}.")
+        raise ValueError(f"{name} has {len(rows)} rows; the batch has {len(counts)}.")
     out = []
     for b, (row, n) in enumerate(zip(rows, counts, strict=True)):
+        if isinstance(row, str | bytes):
+            # A string is a sequence of characters: "DE" would read as two labels.
+            raise TypeError(f"{name} row {b} is a string ({row!r}); it must be a sequence with one "
+                            f"value per turn (e.g. {list(row)!r} for one label per character).")
+        if row is not None and (not hasattr(row, "__len__") or getattr(row, "ndim", 1) == 0):
+            raise TypeError(f"{name} row {b} must be a sequence with one value per turn; got "
+                            f"{type(row).__name__} {row!r}.")
         row = list(row) if row is not None else []
         if len(row) != n:
             raise ValueError(f"non_tensor_batch['{field}'] row {b} has {len(row)} values; the "
                              f"response of that row has {n} turns (runs of response_mask == 1).")
         out.append(row)
+    return out
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _scores(rows: list) -> list:
+    """Per-turn scores as floats: real numbers, finite and within float32 (the batch's dtype),
+    else an error naming the row and the turn (a host value is checked here, never narrowed)."""
+    out = []
+    for b, row in enumerate(rows):
+        values = []
+        for k, v in enumerate(row):
+            where = f"non_tensor_batch['turn_scores'] row {b}, turn {k}"
+            if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.integer |
+                                                                 np.floating):
+                raise TypeError(f"{where} must be a number; got {type(v).__name__} {v!r}.")
+            f = float(v)
+            if not (abs(f) <= _F32_MAX):
+                raise ValueError(f"{where} must be finite and within float32's range "
+                                 f"(±{_F32_MAX:.4g}); got {f!r}.")
+            values.append(f)
+        out.append(values)
     return out
 
 
@@ -192,6 +259,8 @@ def from_verl(
     num_turns: int | None = None,
 ) -> VerlTurns:
     """verl's batch fields → :class:`VerlTurns` (see the module docstring for the rules)."""
+    ct.check_tensor(token_level_rewards, "token_level_rewards")
+    ct.check_tensor(response_mask, "response_mask")
     if token_level_rewards.shape != response_mask.shape or token_level_rewards.ndim != 2:
         raise ValueError(
             f"`token_level_rewards` and `response_mask` must both be [B, L]; got "
@@ -210,7 +279,7 @@ def from_verl(
     width = turn_mask.shape[1]
     extra = non_tensor_batch if non_tensor_batch is not None else {}
     if "turn_scores" in extra:
-        rows = _per_turn(extra["turn_scores"], "turn_scores", turn_mask)
+        rows = _scores(_per_turn(extra["turn_scores"], "turn_scores", turn_mask))
         scores = torch.from_numpy(_pad(rows, width, 0.0, np.float32)).to(device, rewards.dtype)
     else:
         scores = _turn_sums(rewards, token_turn, width)
@@ -220,7 +289,9 @@ def from_verl(
         roles = torch.from_numpy(credax.parse_roles(rows, num_turns=width)).to(device)
     if "anchor_ids" in extra:
         rows = _per_turn(extra["anchor_ids"], "anchor_ids", turn_mask)
-        dense = _dense_codes([a for row in rows for a in row])
+        where = [f"non_tensor_batch['anchor_ids'] row {b}, turn {k}"
+                 for b, row in enumerate(rows) for k in range(len(row))]
+        dense = _dense_codes([a for row in rows for a in row], where.__getitem__)
         splits = np.cumsum([len(r) for r in rows])[:-1]
         anchors = torch.from_numpy(_pad(np.split(dense, splits), width, -1, np.int32)).to(device)
     return VerlTurns(group_ids, rewards.sum(dim=-1), scores, turn_mask, token_turn, roles, anchors)
@@ -284,6 +355,7 @@ def make_estimator(method: str, *, num_turns: int | None = None, **options):
     """
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}; got {method!r}.")
+    num_turns = _check_num_turns(num_turns)
 
     def estimator(token_level_rewards, response_mask, index=None, config=None,
                   non_tensor_batch=None, **_verl_extras):

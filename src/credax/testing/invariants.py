@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from .batch import DEFAULT_MAX_EXAMPLES, DEFAULT_SHAPES, TurnBatch, describe_batch, fmt
 from .strategies import ID_VALUES, padded_variant, take_rows, turn_batches, value_strategy
 
+INT32_MAX = np.iinfo(np.int32).max
+
 # --------------------------------------------------------------------------------------------
 # Running fn and comparing.
 # --------------------------------------------------------------------------------------------
@@ -308,10 +310,12 @@ def check_group_isolation(
 ) -> None:
     """Check that a row's output depends only on its own group, and on ids only through equality.
 
-    Two perturbations: new values (scores, reward, roles) at every valid entry of one group, after
+    Three perturbations: new values (scores, reward, roles) at every valid entry of one group, after
     which every *other* group's outputs must be unchanged (catches normalising over the batch
-    instead of the group); and a renaming of the ids onto other arbitrary int32 values, after which
-    nothing may change (catches ids used as array indices, which breaks on negative or sparse ids).
+    instead of the group); a renaming of the ids onto other arbitrary int32 values, after which
+    nothing may change (catches ids used as array indices, which breaks on negative or sparse ids);
+    and a renaming onto consecutive large ids (``2**24 + j``, ``2**30 + j``, near the int32 limits),
+    which float32 cannot tell apart (catches ids compared after a cast to float).
     Arguments as :func:`check_padding_invariance`; ``score_range`` bounds the new values too.
 
     Raises:
@@ -331,7 +335,8 @@ def check_group_isolation(
     def cases(draw):
         b = draw(_batches(shapes, strategy_options))
         existing = sorted(set(b.group_ids.tolist()))
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(("rename", "neighbours", "values")))
+        if kind == "rename":
             renamed = draw(st.lists(ID_VALUES, min_size=len(existing), max_size=len(existing),
                                     unique=True))
             lookup = dict(zip(existing, renamed, strict=True))
@@ -339,6 +344,18 @@ def check_group_isolation(
             return (b, b._replace(group_ids=ids), None,
                     f"renaming the group ids by {lookup} changed outputs: ids must act as "
                     "labels only.")
+        if kind == "neighbours":
+            # Consecutive large ids: distinct int32 values that one float32 cannot tell apart
+            # (float32 is exact only up to 2**24), so ids compared after a float cast merge.
+            n = len(existing)
+            base = draw(st.sampled_from((2**24, 2**30, int(INT32_MAX) - n + 1, -(2**31))))
+            order = draw(st.permutations(range(n)))
+            lookup = {i: base + j for i, j in zip(existing, order, strict=True)}
+            ids = np.array([lookup[i] for i in b.group_ids.tolist()], np.int32)
+            return (b, b._replace(group_ids=ids), None,
+                    f"renaming the group ids onto neighbouring large ids {lookup} changed outputs: "
+                    "ids must be compared exactly (a float32 cast merges ids that differ by less "
+                    "than its resolution, such as 2**30 and 2**30 + 1).")
         target = draw(st.sampled_from(existing))
         rows = b.group_ids == target
         scores, rewards, roles = b.scores.copy(), b.rewards.copy(), b.roles.copy()
