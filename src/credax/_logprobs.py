@@ -14,6 +14,7 @@ ones (inside the caller's ``jit``) are NaN, so a data bug stays visible either w
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -140,11 +141,13 @@ def _check_temperature_arg(arguments) -> None:
     check_temperature(arguments["temperature"])
 
 
-@jax.jit
-def _first_out_of_range(tokens, vocab, mask):
+@functools.partial(jax.jit, static_argnums=1)
+def _first_out_of_range(tokens, vocab: int, mask=None):
     """Flat index of the first unmasked token outside ``[0, vocab)``, or -1 (on the device: one
-    scalar comes back)."""
-    bad = ((tokens < 0) | (tokens >= vocab)) & mask
+    dispatch, one scalar comes back)."""
+    bad = (tokens < 0) | (tokens >= vocab)
+    if mask is not None:
+        bad = bad & mask
     return jnp.where(jnp.any(bad), jnp.argmax(bad.reshape(-1)), -1)
 
 
@@ -175,8 +178,7 @@ def check_token_range(tokens, vocab, mask) -> None:
         bad = np.flatnonzero(((host < 0) | (host >= vocab)) & keep)
         flat = int(bad[0]) if bad.size else -1
     else:
-        keep = jnp.ones(shape, bool) if mask is None else mask
-        found = _first_out_of_range(tokens, jnp.asarray(vocab, tokens.dtype), keep)
+        found = _first_out_of_range(tokens, int(vocab), mask)
         if isinstance(found, jax.core.Tracer):
             return  # concrete ids closed over inside the caller's jit: the trace cannot look
         flat = int(found)
