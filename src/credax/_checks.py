@@ -76,7 +76,7 @@ def check_host_range(x, name: str) -> None:
     """
     if isinstance(x, np.ndarray):
         arr = x
-    elif type(x) is list and x:
+    elif type(x) is list and x and not isinstance(x[0], jax.Array):  # never pull arrays back
         try:
             arr = np.asarray(x)
         except (TypeError, ValueError, OverflowError):
