@@ -280,3 +280,148 @@ def test_sampling_draws_follow_the_policy_and_share_common_random_numbers():
         np.testing.assert_array_less(np.abs(freq - p), 5 * np.sqrt(p * (1 - p) / n) + 1e-9)
     again, _ = model.sample(jnp.broadcast_to(obs, (n, task.obs_dim)), noise)
     np.testing.assert_array_equal(tokens, again)
+
+
+# --- the ceiling's credit: the true advantage averaged over N branch pairs ------------------------
+
+
+def _copies(task, state, tokens, copies):
+    """``copies`` rows of one turn each holding ``state`` and the logged ``tokens``: [B, 1, ...]."""
+    before = jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (copies, 1, *x.shape[1:])), state)
+    return before, jnp.broadcast_to(tokens[:, None], (copies, 1, tokens.shape[-1]))
+
+
+def test_per_turn_estimate_averages_n_pairs_to_the_hand_value_with_variance_over_n():
+    # The one-turn-left state above: logged "write pos 1 := 1" solves it, so every Q-branch
+    # returns exactly 1 and d = 1 - R_V with R_V = 1 w.p. 1/18, 0 w.p. 1/9, 1/2 otherwise:
+    # E[d] = 19/36 and Var(d) = 4.75/18 - (17/36)^2 (hand values, as above). Each row's N-pair
+    # estimate is a mean of N independent d's: mean 19/36, variance Var(d)/N.
+    model = zero_policy(PROBE)
+    s = one_state(PROBE, target=TARGET, answer=[2, PROBE.blank], turn=2, score=0.5)
+    copies = 4000
+    before, tokens = _copies(PROBE, s, probe_tokens(E.WRITE, 1, 1), copies)
+    mask = jnp.ones((copies, 1), bool)
+    var = 4.75 / 18 - (17 / 36) ** 2
+    for n in (1, 4, 16):
+        est = np.asarray(GT.per_turn_estimate(model, before, tokens, mask, jax.random.key(n), n))[:, 0]
+        assert abs(est.mean() - 19 / 36) < 4 * math.sqrt(var / n / copies)
+        # The sample variance of 4000 draws has a relative sd of about sqrt(2 / 4000) = 2.2%.
+        assert abs(est.var(ddof=1) / (var / n) - 1) < 0.12, (n, est.var(ddof=1), var / n)
+    # Padded turns are 0 whatever they hold.
+    half = jnp.asarray(np.arange(copies) % 2 == 0)[:, None]
+    est = np.asarray(GT.per_turn_estimate(model, before, tokens, half, jax.random.key(0), 4))
+    assert np.all(est[1::2] == 0.0) and np.all(est[0::2] != 0.0)
+
+
+def test_per_turn_estimate_is_exact_on_a_deterministic_state_for_every_n():
+    # The stop-only policy of the first test: breaking the solved answer is worth exactly -1/2.
+    model = zero_policy(PROBE)
+    model.type_head.bias[...] = jnp.asarray([BIG, -BIG, -BIG])
+    s = one_state(PROBE, target=TARGET, answer=[2, 1], turn=1, score=1.0)
+    before, tokens = _copies(PROBE, s, probe_tokens(E.WRITE, 0, 0), 3)
+    for n in (1, 4, 16):
+        est = GT.per_turn_estimate(model, before, tokens, jnp.ones((3, 1), bool), jax.random.key(5), n)
+        np.testing.assert_array_equal(np.asarray(est), -0.5)
+
+
+def test_true_advantage_control_trains_on_its_own_estimate_scaled_to_unit_rms():
+    from benchmarks.quality import methods as M
+
+    n_pairs = M.METHODS["true_adv"].oracle
+    assert n_pairs == 1 and M.VARIANTS["true_adv_n16"].oracle == 16
+    assert M.METHODS["true_adv"].control and not M.METHODS["grpo"].control
+
+
+# --- the metrics added to explain learning, on hand-worked inputs ---------------------------------
+
+
+def test_pairwise_rank_accuracy_hand_case():
+    # Row 0 holds pairs 0, 1, 2; row 1 holds pairs 3, 4. A* = [.5, .1, .3 | .2, .2], SE 0.01:
+    # row 0's three pairs all differ clearly; row 1's pair ties (gap 0) and is not counted.
+    # Credit [3, 1, 2 | ...] orders (0,1), (0,2), (1,2) right: 3 of 3. Credit [1, 1, 2]: (0,1)
+    # ties (1/2), (0,2) wrong, (1,2) right: (0.5 + 0 + 1) / 3 = 0.5.
+    a = [0.5, 0.1, 0.3, 0.2, 0.2]
+    se = [0.01] * 5
+    row = [0, 0, 0, 1, 1]
+    assert X.pairwise_rank_accuracy([3, 1, 2, 9, 0], a, se, row) == (1.0, 3)
+    assert X.pairwise_rank_accuracy([1, 1, 2, 0, 9], a, se, row) == (0.5, 3)
+    # An outcome advantage ties every turn of a rollout: exactly chance.
+    assert X.pairwise_rank_accuracy([7, 7, 7, 1, 1], a, se, row) == (0.5, 3)
+    # Gaps inside the noise are not counted: with SE 0.2, |.5 - .1| = .4 < 2·sqrt(.08) = .57.
+    assert math.isnan(X.pairwise_rank_accuracy([3, 1, 2, 9, 0], a, [0.2] * 5, row)[0])
+
+
+def test_residual_bias_hand_case():
+    # A* = [1, -1, 1, -1] on roles [D, R, E, E]; credit = A* + 0.5 on the two exploration turns
+    # (a shaping bonus): c = [1, -1, 1.5, -0.5]. Fit c on A*: mean c = 0.25, mean A* = 0,
+    # b = mean(A*·(c - .25)) / Var(A*) = (0.75 + 1.25 + 1.25 + 0.75)/4 / 1 = 1.0; a = 0.25.
+    # Residuals c - 0.25 - A* = [-.25, -.25, .25, .25]; sd(c) = sqrt(mean((c - .25)²)) =
+    # sqrt((.5625 + 1.5625 + 1.5625 + .5625)/4) = sqrt(1.0625).
+    a = np.array([1.0, -1.0, 1.0, -1.0])
+    c = np.array([1.0, -1.0, 1.5, -0.5])
+    role = np.array([0, 3, 1, 1])
+    sd = math.sqrt(1.0625)
+    assert X.residual_bias(c, a, role == 1) == pytest.approx(0.25 / sd)
+    assert X.residual_bias(c, a, role == 0) == pytest.approx(-0.25 / sd)
+    # The count-weighted biases of a partition sum to 0.
+    parts = [(role == r) for r in (0, 1, 3)]
+    assert sum(p.sum() * X.residual_bias(c, a, p) for p in parts) == pytest.approx(0.0, abs=1e-12)
+    # Credit = A* exactly: no bias anywhere; a constant credit: NaN (no scale to express it in).
+    assert X.residual_bias(a, a, role == 1) == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(X.residual_bias(np.ones(4), a, role == 1))
+
+
+def test_pearson_where_needs_three_pairs():
+    assert X.pearson_where([1, 2, 3, 9], [1, 2, 3, 0], [True, True, True, False]) == pytest.approx(1.0)
+    assert math.isnan(X.pearson_where([1, 2, 3], [1, 2, 3], [True, True, False]))
+
+
+def test_across_method_rank_correlation_hand_cases():
+    # Three methods, two seeds. A metric that orders the methods exactly as their success does in
+    # every seed: ρ = 1 and every bootstrap resample also gives 1.
+    metric = [[0.1, 0.2], [0.5, 0.6], [0.9, 0.8]]
+    success = [[0.0, 0.1], [0.4, 0.5], [0.7, 0.9]]
+    assert X.across_method_rank_correlation(metric, success) == (1.0, 1.0, 1.0)
+    # Reversed: -1.
+    rho, lo, hi = X.across_method_rank_correlation(metric, [s[::-1] for s in success[::-1]])
+    assert (rho, lo, hi) == (-1.0, -1.0, -1.0)
+    # Means over seeds [0.15, 0.55, 0.85] vs success means [0.5, 0.0, 1.0]: ranks (1,2,3) vs
+    # (2,1,3): centred (-1,0,1) and (0,-1,1), Σ products 1 over sqrt(2·2): Spearman 0.5.
+    rho, _, _ = X.across_method_rank_correlation(metric, [[0.5, 0.5], [0.0, 0.0], [1.0, 1.0]])
+    assert rho == pytest.approx(0.5)
+
+
+def test_batch_gradient_stats_against_an_explicit_bootstrap():
+    # Independent check of the exact bootstrap formula: draw 20000 resamples of the B = 3
+    # trajectories with replacement and measure the gradient's variance directly.
+    from benchmarks.quality.lab import batch_gradient_stats
+
+    rng = np.random.default_rng(0)
+    B, K, D = 3, 2, 4
+    jac = rng.normal(size=(B * K, D)).astype(np.float32)
+    credit = rng.normal(size=(1, B * K)).astype(np.float32)
+    pairs, a_star = np.array([0, 3, 5]), np.array([0.5, -0.2, 0.3])
+    snr, t = batch_gradient_stats(jac, credit, pairs, a_star, B)
+    u = (credit[0].reshape(B, K, 1) * jac.reshape(B, K, D)).sum(axis=1).astype(np.float64)  # [B, D]
+    U = u.sum(axis=0)
+    counts = rng.multinomial(B, [1 / B] * B, size=20000)  # [R, B]
+    boot = counts @ u  # [R, D]
+    var = np.mean(np.sum((boot - U) ** 2, axis=1))
+    assert snr[0] == pytest.approx(U @ U / var, rel=0.05)
+    g = a_star @ jac[pairs].astype(np.float64)
+    x = boot @ (g / np.linalg.norm(g))
+    assert t[0] == pytest.approx((U @ g / np.linalg.norm(g)) / np.std(x), rel=0.05)
+
+
+def test_shuffled_roles_keep_each_rollouts_labels():
+    from benchmarks.quality import methods as M
+
+    roles = jnp.asarray([[0, 1, 2, 3, 9], [1, 1, 0, 7, 7]], jnp.int32)
+    mask = jnp.asarray([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], bool)
+    moved = 0
+    for i in range(40):
+        out = np.asarray(M.shuffled_roles(roles, mask, jax.random.key(i)))
+        assert out[0, 4] == -1 and list(out[1, 3:]) == [-1, -1]
+        assert sorted(out[0, :4]) == [0, 1, 2, 3] and sorted(out[1, :3]) == [0, 1, 1]
+        moved += int(list(out[0, :4]) != [0, 1, 2, 3])
+    assert moved > 30  # a permutation of 4 is the identity 1 time in 24

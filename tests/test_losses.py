@@ -105,8 +105,11 @@ def test_token_logprobs_mask_nan_logits_and_padding_ids():
     g_dirty = jax.grad(lambda x: f(x).sum())(poisoned)
     np.testing.assert_array_equal(g_clean, g_dirty)
     assert bool(jnp.all(g_dirty[~mask] == 0))
-    # Out-of-range tokens at real positions stay visible as NaN.
-    out = credax.token_logprobs(logits, tokens)
+    # Out-of-range tokens at real positions: concrete ids are refused by name; traced ids (inside
+    # the caller's own jit, where they cannot be read) stay visible as NaN.
+    with pytest.raises(ValueError, match=r"tokens\[0, 2\] = -100"):
+        credax.token_logprobs(logits, tokens)
+    out = jax.jit(lambda x, t: credax.token_logprobs(x, t))(logits, tokens)
     assert bool(jnp.isnan(out[0, 2])) and bool(jnp.isnan(out[1, 1]))
 
 

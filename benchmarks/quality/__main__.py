@@ -3,6 +3,8 @@
     python -m benchmarks.quality            # make demo: both tasks, every method + 2 controls, 5 seeds
     python -m benchmarks.quality --full     # 10 seeds, longer training
     python -m benchmarks.quality --tiny     # seconds: a smoke run (CI)
+    python -m benchmarks.quality --preset oracle   # the true-advantage ceiling at N = 1, 4, 16
+    python -m benchmarks.quality --credit mymodule:my_credit --tasks refine   # score your method
 
 Writes ``<out>/lab.json`` (per task: config, held-out metrics per method with bootstrap
 intervals over seeds, learning curves, and at each checkpoint the ground-truth quality, every
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import pathlib
 import pickle
@@ -37,13 +40,15 @@ from .train import Config, get_runner
 _SMALL = dict(hidden=64, prompts=8, group=8, eval_every=20, eval_repeats=4)
 
 PRESETS = {
-    # The demo. Sizes were fixed from the time budget before any method was compared.
+    # The demo. Sizes were fixed from the time budget before any method was compared. The lab
+    # measures at the initial policy and after training (a middle checkpoint at step 60 was
+    # dropped when the bias controls and the per-turn gradient statistics came in: budget).
     "default": dict(
         configs={
             "probe": Config(task=E.Task(length=3, alphabet=5, turns=8), steps=120,
-                            checkpoints=(0, 60, 120), **_SMALL),
+                            checkpoints=(0, 120), **_SMALL),
             "refine": Config(task=R.RefineTask(length=4, alphabet=5, turns=8), steps=120,
-                             checkpoints=(0, 60, 120), **_SMALL),
+                             checkpoints=(0, 120), **_SMALL),
         },
         seeds=5,
     ),
@@ -69,8 +74,59 @@ PRESETS = {
         seeds=2,
     ),
 }
+# The ceiling: the true-advantage control at N = 1, 4 and 16 branch pairs per turn against every
+# unbiased (outcome-only) method, at the default sizes. Not in `make demo`: the N = 16 control's
+# branch rollouts alone cost about as much CPU as a third of the demo (measured in the guide).
+ORACLE_METHODS = ("grpo", "dr_grpo", "rloo", "shrink", "shrink_rloo", "value", "true_adv",
+                  "true_adv_n4", "true_adv_n16")
+PRESETS["oracle"] = dict(
+    PRESETS["default"], methods=ORACLE_METHODS,
+    configs={k: dataclasses.replace(c, checkpoints=(0, 60, 120))
+             for k, c in PRESETS["default"]["configs"].items()})
 
 _PRINT = threading.Lock()
+
+
+# The methods a --credit run trains next to yours (unless --methods says otherwise): the outcome
+# baseline, the two strongest per-turn methods of the committed demo, and both controls.
+USER_REFERENCES = ("grpo", "mt_grpo", "triage", "tcpo_hindsight", "true_adv", "shuffled")
+
+
+def user_method(spec: str):
+    """A :class:`methods.Method` from ``module:function`` or ``path/to/file.py:function``.
+
+    The function is the lab's credit protocol: ``credit(ctx, settings) -> f32[B, K]`` with
+    ``ctx`` a :class:`methods.Context` (the rollout batch: scores, turn mask, roles, anchors, the
+    outcome, the prompt groups, the value head's values, the policy) and ``settings`` the shared
+    :class:`methods.Settings`. It is traced once under ``jax.jit`` and ``jax.vmap`` over the
+    (seed) instances, like every built-in method: pure JAX, no Python side effects, ``0`` on
+    padded turns (the lab masks them anyway). Optional attributes on the function: ``label``
+    (the tables' name), ``agg`` (the loss aggregation, default ``token-mean``).
+    """
+    import importlib
+    import importlib.util
+
+    from .methods import Method
+
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr.isidentifier():
+        raise ValueError(f"--credit {spec!r}: expected MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    try:
+        if target.endswith(".py"):
+            path = pathlib.Path(target)
+            if not path.is_file():
+                raise ValueError(f"--credit {spec!r}: no file {path}")
+            loader = importlib.util.spec_from_file_location(f"credax_lab_user_{path.stem}", path)
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except ImportError as e:
+        raise ValueError(f"--credit {spec!r}: cannot import {target!r} ({e})") from e
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"--credit {spec!r}: {target!r} has no function {attr!r}")
+    return Method(attr, getattr(fn, "label", f"yours: {attr}"), fn, agg=getattr(fn, "agg", "token-mean"))
 
 
 def say(*parts):
@@ -158,6 +214,15 @@ def task_record(name, cfg, methods, runs) -> dict:
                 k: {"label": v["label"], **{q: X.summarize(v[q]) for q in v if q != "label"}}
                 for k, v in tri.items()
             }
+    if "0" in record["lab"]["credit"] and len(methods) >= 3:
+        controls = [m.name for m in methods if m.control]
+        record["lab"]["predictive"] = lab.metric_vs_learning(record, controls)
+        # The same without the methods that add a hand-set bonus (they can win by shaping):
+        # does credit accuracy predict learning among the methods that only estimate credit?
+        record["lab"]["predictive_no_bonus"] = lab.metric_vs_learning(
+            record, controls + [m.name for m in methods if m.bonus])
+    record["kinds"] = {m.name: {"unbiased": m.unbiased, "control": m.control, "bonus": m.bonus,
+                                "oracle": m.oracle} for m in methods}
     return record
 
 
@@ -166,8 +231,14 @@ def main(argv=None) -> int:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="10 seeds, 400 steps")
     size.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (CI)")
+    size.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                      help="a named preset (oracle: the true-advantage ceiling at N = 1, 4, 16)")
     every = {**METHODS, **VARIANTS}
     p.add_argument("--methods", default=None, help="comma-separated subset of: " + ",".join(every))
+    p.add_argument("--credit", action="append", default=[], metavar="MODULE:FUNCTION",
+                   help="your own credit method, trained and measured like the others (repeatable): "
+                   "a function (ctx: methods.Context, settings: methods.Settings) -> f32[B, K] in an "
+                   "importable module or a .py file (path/to/file.py:function); see the guide")
     p.add_argument("--tasks", default="probe,refine", help="comma-separated: probe,refine")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (0..n-1)")
     p.add_argument("--steps", type=int, default=None, help="training steps per run")
@@ -177,13 +248,25 @@ def main(argv=None) -> int:
     p.add_argument("--from-raw", action="store_true", help="rebuild the outputs from --raw pickles")
     args = p.parse_args(argv)
 
-    preset = "full" if args.full else "tiny" if args.tiny else "default"
+    preset = args.preset or ("full" if args.full else "tiny" if args.tiny else "default")
     seeds = list(range(args.seeds if args.seeds is not None else PRESETS[preset]["seeds"]))
-    names = list(METHODS) if args.methods is None else [m.strip() for m in args.methods.split(",")]
+    default = PRESETS[preset].get("methods", list(METHODS))
+    names = list(default) if args.methods is None else [m.strip() for m in args.methods.split(",")]
     unknown = [m for m in names if m not in every]
     if unknown:
         p.error(f"unknown method(s) {unknown}; choose from {list(every)}")
     methods = [every[m] for m in names]
+    try:
+        user = [user_method(spec) for spec in args.credit]
+    except ValueError as e:
+        p.error(str(e))
+    clash = [m.name for m in user if m.name in every or [u.name for u in user].count(m.name) > 1]
+    if clash:
+        p.error(f"--credit: method name(s) {clash} already taken; rename the function")
+    if user and args.methods is None:
+        # Your method next to the references it is read against, not the whole demo.
+        methods = [every[m] for m in USER_REFERENCES]
+    methods += user
     tasks = [t.strip() for t in args.tasks.split(",")]
     configs = {}
     for t in tasks:
@@ -230,29 +313,40 @@ def main(argv=None) -> int:
     if errors:
         raise errors[0]
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    timing = {"wall_s": wall, "cpu_s": cpu, "compile_wall_s": compile_s[0],
+              "note": "process CPU time (user+sys) of the whole run, compilation included; "
+                      "compile_wall_s: XLA backend compilation, wall seconds summed over "
+                      "programs (the two task threads compile concurrently)"}
+    command = "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.raw:  # the training run's timing and command travel with its pickles (--from-raw keeps them)
+        saved = pathlib.Path(args.raw) / "timing.json"
+        if args.from_raw and saved.exists():
+            timing = json.loads(saved.read_text())
+            command = timing.pop("command", command)
+        elif not args.from_raw:
+            saved.write_text(json.dumps({**timing, "command": command}))
 
     record = {
         "preset": preset,
         "seeds": seeds,
         "tasks": {t: results[t] for t in tasks},
-        "timing": {"wall_s": wall, "cpu_s": cpu, "compile_wall_s": compile_s[0],
-                   "note": "process CPU time (user+sys) of the whole run, compilation included; "
-                           "compile_wall_s: XLA backend compilation, wall seconds summed over "
-                           "programs (the two task threads compile concurrently)"},
+        "timing": timing,
         "environment": {"jax": jax.__version__, "platform": jax.devices()[0].platform,
                         "cpu_count": os.cpu_count(), "python": platform.python_version()},
-        "command": "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command,
     }
     report.write_json(out / "lab.json", record)
     for t in tasks:
         report.plot_task(out / f"lab-{t}.png", record["tasks"][t], len(seeds))
     report.plot_credit(out / "lab-credit.png", record)
+    report.plot_predictive(out / "lab-predict.png", record)
     print()
     print(tables.render(record))
     print(f"\nwall time {wall:.0f} s, process CPU time {cpu:.0f} s (compilation included; XLA "
-          f"compilation {compile_s[0]:.0f} s wall summed over programs)")
+          f"compilation {compile_s[0]:.0f} s wall summed over programs)"
+          + (f"; the tables use the training run's timing from {args.raw}" if args.from_raw else ""))
     print(f"wrote {out / 'lab.json'}, " + ", ".join(str(out / f"lab-{t}.png") for t in tasks)
-          + f", {out / 'lab-credit.png'}")
+          + f", {out / 'lab-credit.png'}, {out / 'lab-predict.png'}")
     return 0
 
 

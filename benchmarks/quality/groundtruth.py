@@ -93,11 +93,14 @@ def take_pairs(x, rows, turns):
     return jax.tree.map(lambda a: a[rows, turns], x)
 
 
-def per_turn_estimate(model, before, tokens, turn_mask, key) -> jax.Array:
-    """The one-pair (``N = 1``) version of :func:`estimate` at every turn of a batch, ``f32[B, K]``
-    (``0`` on padded turns): the credit the "true advantage" control trains on."""
+def per_turn_estimate(model, before, tokens, turn_mask, key, n: int = 1) -> jax.Array:
+    """The ``n``-pair version of :func:`estimate` at every turn of a batch, ``f32[B, K]`` (``0`` on
+    padded turns): the mean of ``n`` common-random-number paired differences ``d_i`` per turn, the
+    credit the true-advantage controls train on. Its noise variance is ``Var(d)/n``: with the
+    lab's ``Var(d) ≈ 3·Var(A*)`` (the noise share at ``N = 32``), the correlation of this credit
+    with the exact ``A*`` is about ``sqrt(1 / (1 + 3/n))`` — 0.5 at ``n = 1``, 0.9 at ``n = 16``."""
     B, K = turn_mask.shape
     flat = lambda x: x.reshape(B * K, *x.shape[2:])
-    R = branch_returns(model, jax.tree.map(flat, before), flat(tokens), key, 1)
-    d = (R[:, 0, 0] - R[:, 1, 0]).reshape(B, K)
+    R = branch_returns(model, jax.tree.map(flat, before), flat(tokens), key, n)
+    d = jnp.mean(R[:, 0] - R[:, 1], axis=-1).reshape(B, K)
     return jnp.where(turn_mask, d, 0.0)

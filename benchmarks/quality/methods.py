@@ -66,6 +66,19 @@ class Method:
     credit: Callable  # (Context, Settings) -> f32[B, K]
     agg: str = "token-mean"  # loss aggregation (Dr. GRPO changes it; the rest use the default)
     value_loss: bool = False  # train the value head (learned-value baseline only)
+    # True-advantage controls: branch pairs per turn of the ground-truth estimate they train on
+    # (0 for every other method). Their credit needs the policy's own branch rollouts, so each
+    # N has a compiled program of its own (train.Runner).
+    oracle: int = 0
+    # The lab's kinds of method. ``unbiased``: an outcome-only estimator of the return's advantage
+    # (a baseline that does not depend on the action) — what the true-advantage ceiling is
+    # compared with; ``control``: a check on the lab itself (true advantage, shuffled credit),
+    # left out of the across-method analyses.
+    unbiased: bool = False
+    control: bool = False
+    # ``bonus``: adds a hand-set per-turn bonus (a role constant, a scalar progress reward) to an
+    # outcome advantage — it can win by shaping the reward instead of by tracking A*.
+    bonus: bool = False
 
 
 def _mask(ctx: Context, x: jax.Array) -> jax.Array:
@@ -153,6 +166,56 @@ def hgpo(ctx: Context, s: Settings) -> jax.Array:
                                   **credax.presets.HGPO_VERL_AGENT).advantages
 
 
+def turn_baseline(ctx: Context, s: Settings) -> jax.Array:
+    """The turn-count-unbiased turn baseline (``credax.unbiased_turn_advantages``, verl RFC
+    #7244): each turn's return to go (score changes from that turn on, minus the task's cost of
+    each turn taken: they sum to the episode return) minus the mean return to go of the *other*
+    rollouts of the prompt that reached the same turn. The baseline never depends on the row's
+    own later actions, so the expected gradient is the return's policy gradient: an unbiased
+    method that still tells the turns of one rollout apart."""
+    r = ctx.rollout
+    turns = jnp.maximum(jnp.sum(r.turn_mask.astype(jnp.float32), axis=1), 1.0)
+    cost = (final_score(r) - ctx.outcome) / turns  # the task's per-turn cost (0 on the probe task)
+    step = jnp.where(r.turn_mask, _score_change(ctx) - cost[:, None], 0.0)
+    return credax.unbiased_turn_advantages(step, r.turn_mask, ctx.groups)
+
+
+def g2po(ctx: Context, s: Settings) -> jax.Array:
+    """G2PO (``credax.g2po_advantages``): the episode advantage plus the per-prompt state graph's
+    edge advantage, states = the anchor hashes GiGPO uses; the terminal success value is the
+    task's success return 1 (the refinement task's turn costs keep every return below it, so
+    there every terminal value is 0), the rest the shipped code's defaults."""
+    r = ctx.rollout
+    return _mask(ctx, credax.g2po_advantages(ctx.outcome, r.anchors, r.turn_mask, ctx.groups,
+                                             success_reward=1.0)[0])
+
+
+# --- verl's outcome estimators with a token whitening (lab methods, not in the default demo) ------
+# The lab's credit is per turn, so each turn stands for one token here: the whitening is over the
+# batch's valid turns instead of its valid tokens (a turn's tokens all get its value anyway).
+
+
+def reinforce_pp(ctx: Context, s: Settings) -> jax.Array:
+    """REINFORCE++ (``credax.reinforce_pp_advantages``): the return on the last turn, returns to go
+    (γ = 1: the episode return at every turn), whitened over the batch's valid turns."""
+    r = ctx.rollout
+    rewards = outcome_rewards(r.turn_mask, ctx.outcome)
+    return _mask(ctx, credax.reinforce_pp_advantages(rewards, r.turn_mask))
+
+
+def reinforce_pp_baseline(ctx: Context, s: Settings) -> jax.Array:
+    """REINFORCE++-baseline (``credax.reinforce_pp_baseline_advantages``): prompt-centred return,
+    whitened over the batch's valid turns."""
+    r = ctx.rollout
+    return _mask(ctx, credax.reinforce_pp_baseline_advantages(ctx.outcome, ctx.groups, r.turn_mask))
+
+
+def gpg(ctx: Context, s: Settings) -> jax.Array:
+    """GPG (``credax.gpg_advantages``): prompt-centred return times the batch's inverse share of
+    nonzero returns, on every turn."""
+    return _per_turn(ctx, credax.gpg_advantages(ctx.outcome, ctx.groups))
+
+
 # --- shrinkage baselines (James–Stein; arXiv 2511.03710) ---------------------------------------
 
 
@@ -181,15 +244,38 @@ def scalar_process(ctx: Context, s: Settings) -> jax.Array:
 # --- TRIAGE ------------------------------------------------------------------------------------
 
 
-def triage(judge):
+def triage(judge, constants=credax.TRIAGE_ROLE_CONSTANTS, what: str = ""):
     def credit(ctx: Context, s: Settings) -> jax.Array:
         r = ctx.rollout
         roles = judge(r.roles, r.turn_mask, ctx.key)
         a = credax.grpo_advantages(ctx.outcome, ctx.groups)
-        return credax.triage_advantages(a, roles, r.turn_mask, lam=s.triage_lam)
+        return credax.triage_advantages(a, roles, r.turn_mask, lam=s.triage_lam, constants=constants)
 
-    credit.__doc__ = f"TRIAGE: GRPO + λ·c[role], roles from the {judge.__name__} judge."
+    credit.__doc__ = (f"TRIAGE: GRPO + λ·c[role], roles from the {judge.__name__} judge, constants "
+                      f"(c_D, c_E, c_N, c_R) = {tuple(constants)}{what}.")
     return credit
+
+
+# --- bias controls: does a role bonus win by tracking A* or by shaping the reward? ---------------
+
+
+def shuffle_within_rows(x: jax.Array, turn_mask: jax.Array, key: jax.Array) -> jax.Array:
+    """``x`` with each row's valid entries randomly permuted among that row's valid positions
+    (``-1`` elsewhere): the same multiset of labels per rollout, on the wrong turns."""
+    B, K = x.shape
+    u = jnp.where(turn_mask, jax.random.uniform(key, (B, K)), 2.0)
+    order = jnp.argsort(u, axis=1)  # each row's valid positions first, in random order
+    slots = jnp.argsort(jnp.where(turn_mask, jnp.arange(K)[None], K + jnp.arange(K)[None]), axis=1)
+    picked = jnp.take_along_axis(x, order, axis=1)
+    out = jnp.zeros_like(x).at[jnp.arange(B)[:, None], slots].set(picked)
+    return jnp.where(turn_mask, out, -1)
+
+
+def shuffled_roles(roles, turn_mask, key):
+    """A judge that knows how many turns of each role a rollout has, but not which turns: the
+    oracle's labels permuted within each rollout. TRIAGE with it keeps every rollout's total
+    role bonus (the shaping) and loses the per-turn information (the credit)."""
+    return shuffle_within_rows(judges.oracle(roles, turn_mask), turn_mask, jax.random.fold_in(key, 11))
 
 
 # --- TCPO --------------------------------------------------------------------------------------
@@ -255,16 +341,22 @@ def tcpo_full(ctx: Context, s: Settings) -> jax.Array:
 # --- controls: the lab checking itself -----------------------------------------------------------
 
 
-def true_advantage(ctx: Context, s: Settings) -> jax.Array:
-    """Control: the ground-truth estimator as the credit (``groundtruth.estimate`` with one pair
-    of common-random-number branches per turn, unbiased and noisy), scaled by its batch RMS so
-    its size is that of a z-scored advantage. In the credit metrics this control's credit is the
-    ``N``-branch ground truth itself (correlation 1 by construction)."""
-    r = ctx.rollout
-    a = groundtruth.per_turn_estimate(ctx.model, r.before, r.tokens, r.turn_mask, ctx.key)
-    n = jnp.maximum(jnp.sum(r.turn_mask.astype(jnp.float32)), 1.0)
-    rms = jnp.sqrt(jnp.sum(jnp.square(a)) / n)
-    return _mask(ctx, a / (rms + 1e-6))
+def true_advantage(n: int):
+    """Control: the ground-truth estimator as the credit (``groundtruth.per_turn_estimate``: the
+    mean of ``n`` common-random-number branch pairs at every turn, unbiased, noise ``∝ 1/n``),
+    scaled by its batch RMS so its size is that of a z-scored advantage. The lab measures the
+    credit it trains on, on the checkpoint batch with its own branch noise, against the lab's
+    independent ``N``-pair ``Â*``: its correlation is measured, not 1 by construction."""
+
+    def credit(ctx: Context, s: Settings) -> jax.Array:
+        r = ctx.rollout
+        a = groundtruth.per_turn_estimate(ctx.model, r.before, r.tokens, r.turn_mask, ctx.key, n)
+        count = jnp.maximum(jnp.sum(r.turn_mask.astype(jnp.float32)), 1.0)
+        rms = jnp.sqrt(jnp.sum(jnp.square(a)) / count)
+        return _mask(ctx, a / (rms + 1e-6))
+
+    credit.__doc__ = f"Control: the true advantage estimated with {n} branch pairs per turn."
+    return credit
 
 
 def shuffle_valid(x: jax.Array, turn_mask: jax.Array, key: jax.Array) -> jax.Array:
@@ -283,30 +375,48 @@ def shuffled(ctx: Context, s: Settings) -> jax.Array:
     return shuffle_valid(grpo(ctx, s), ctx.rollout.turn_mask, jax.random.fold_in(ctx.key, 7))
 
 
-METHODS: dict[str, Method] = {
+C_D, C_E, C_N, C_R = credax.TRIAGE_ROLE_CONSTANTS
+EXPLORATION_ONLY = (0.0, C_E, 0.0, 0.0)  # TRIAGE's exploration bonus and nothing else
+NO_EXPLORATION = (C_D, 0.0, C_N, C_R)  # TRIAGE's constants with the exploration bonus removed
+
+# Trained in `make demo`, except OFF_DEMO (the demo's 4-minute budget): Dr. GRPO, RLOO and the
+# RLOO-form shrinkage train in `--preset oracle` (same seeds and sizes: the same numbers), the
+# p = 0.4 judge with `--methods`.
+OFF_DEMO = ("dr_grpo", "rloo", "shrink_rloo", "triage_p04")
+
+ALL_METHODS: dict[str, Method] = {
     m.name: m
     for m in [
-        Method("grpo", "GRPO", grpo),
-        Method("dr_grpo", "Dr. GRPO", dr_grpo, agg="seq-mean-token-sum-norm"),
-        Method("rloo", "RLOO", rloo),
+        Method("grpo", "GRPO", grpo, unbiased=True),
+        Method("dr_grpo", "Dr. GRPO", dr_grpo, agg="seq-mean-token-sum-norm", unbiased=True),
+        Method("rloo", "RLOO", rloo, unbiased=True),
         Method("mt_grpo", "MT-GRPO", mt_grpo),
-        Method("shrink", "shrinkage baseline (Dr. GRPO form)", shrink, agg="seq-mean-token-sum-norm"),
-        Method("shrink_rloo", "shrinkage baseline (RLOO form)", shrink_rloo),
+        Method("shrink", "shrinkage baseline (Dr. GRPO form)", shrink, agg="seq-mean-token-sum-norm",
+               unbiased=True),
+        Method("shrink_rloo", "shrinkage baseline (RLOO form)", shrink_rloo, unbiased=True),
         Method("gigpo", "GiGPO", gigpo),
+        Method("turn_baseline", "turn-count-unbiased turn baseline", turn_baseline, unbiased=True),
         Method("hgpo", "HGPO (verl-agent preset)", hgpo),
-        Method("value", "value baseline", value_baseline, value_loss=True),
-        Method("scalar_prm", "scalar process reward", scalar_process),
-        Method("triage", "TRIAGE (oracle judge)", triage(judges.oracle)),
-        Method("triage_p02", "TRIAGE (p=0.2 judge)", triage(judges.noisy(0.2))),
-        Method("triage_p04", "TRIAGE (p=0.4 judge)", triage(judges.noisy(0.4))),
-        Method("triage_blind", "TRIAGE (regression-blind)", triage(judges.regression_blind)),
+        Method("value", "value baseline", value_baseline, value_loss=True, unbiased=True),
+        Method("scalar_prm", "scalar process reward", scalar_process, bonus=True),
+        Method("triage", "TRIAGE (oracle judge)", triage(judges.oracle), bonus=True),
+        Method("triage_p02", "TRIAGE (p=0.2 judge)", triage(judges.noisy(0.2)), bonus=True),
+        Method("triage_p04", "TRIAGE (p=0.4 judge)", triage(judges.noisy(0.4)), bonus=True),
+        Method("triage_blind", "TRIAGE (regression-blind)", triage(judges.regression_blind), bonus=True),
+        Method("triage_shuffled", "bias control: TRIAGE, roles shuffled in each rollout",
+               triage(shuffled_roles), bonus=True),
+        Method("explore_only", "bias control: GRPO + exploration bonus only",
+               triage(judges.oracle, EXPLORATION_ONLY), bonus=True),
+        Method("triage_no_explore", "bias control: TRIAGE with c_E = 0",
+               triage(judges.oracle, NO_EXPLORATION), bonus=True),
         Method("tcpo_retro", "TCPO retrospective", tcpo_retrospective),
         Method("tcpo_hindsight", "TCPO + hindsight", tcpo_hindsight),
         Method("tcpo_full", "TCPO full (+counterfactual)", tcpo_full),
-        Method("true_adv", "control: true advantage", true_advantage),
-        Method("shuffled", "control: shuffled GRPO credit", shuffled),
+        Method("true_adv", "control: true advantage (N=1)", true_advantage(1), oracle=1, control=True),
+        Method("shuffled", "control: shuffled GRPO credit", shuffled, control=True),
     ]
 }
+METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if n not in OFF_DEMO}
 
 
 # --- TCPO investigation: SPEC readings switched, and TCPO's parts as credits of their own -------
@@ -333,14 +443,28 @@ def _tcpo_part(part):
     return credit
 
 
-# Trainable, not in the default demo (``--methods``): TCPO + hindsight with one switch changed.
+# TCPO + hindsight with one of SPEC's readings switched: trainable (``--methods``) and measured by
+# the lab on TCPO + hindsight's policy (DIAGNOSTICS).
+TCPO_SWITCHES: tuple[Method, ...] = (
+    Method("tcpo_unnormalized", "TCPO + hindsight, normalize=False", _tcpo_with(normalize=False)),
+    Method("tcpo_no_preserve", "TCPO + hindsight, preservation_weight=0",
+           _tcpo_with(preservation_weight=0.0)),
+)
+
+# Trainable, not in the default demo (``--methods``): the demo's OFF_DEMO methods, the ceiling's
+# controls, the TCPO switches, G2PO and verl's token-whitened outcome estimators.
 VARIANTS: dict[str, Method] = {
-    m.name: m
-    for m in [
-        Method("tcpo_unnormalized", "TCPO + hindsight, normalize=False", _tcpo_with(normalize=False)),
-        Method("tcpo_no_preserve", "TCPO + hindsight, preservation_weight=0",
-               _tcpo_with(preservation_weight=0.0)),
-    ]
+    **{n: ALL_METHODS[n] for n in OFF_DEMO},
+    **{m.name: m for m in [
+        # The ceiling (``--preset oracle``): the true advantage averaged over more branch pairs.
+        *(Method(f"true_adv_n{n}", f"control: true advantage (N={n})", true_advantage(n), oracle=n,
+                 control=True) for n in (4, 16)),
+        *TCPO_SWITCHES,
+        Method("g2po", "G2PO", g2po),
+        Method("reinforce_pp", "REINFORCE++", reinforce_pp),
+        Method("reinforce_pp_baseline", "REINFORCE++-baseline", reinforce_pp_baseline, unbiased=True),
+        Method("gpg", "GPG", gpg, unbiased=True),
+    ]},
 }
 
 # Measured by the lab only (never trained): TCPO's parts, and the variants above
@@ -349,7 +473,7 @@ DIAGNOSTICS: tuple[Method, ...] = (
     Method("tcpo_part_retro", "TCPO part: retrospective R (raw)", _tcpo_part("retrospective")),
     Method("tcpo_part_hindsight", "TCPO part: hindsight H (raw)", _tcpo_part("hindsight")),
     Method("tcpo_part_raw", "TCPO part: R + H before the z-score", _tcpo_part("raw")),
-    *VARIANTS.values(),
+    *TCPO_SWITCHES,
     Method("grpo_plus_tcpo", "diagnostic: GRPO + TCPO-hindsight advantage",
            lambda ctx, s: grpo(ctx, s) + tcpo_hindsight(ctx, s)),
 )

@@ -64,6 +64,95 @@ def affine_mse(credit, a_star) -> float:
     return float(np.mean(np.square(a - alpha - beta * np.asarray(credit, np.float64))))
 
 
+def pearson_where(credit, a_star, where, *, min_pairs: int = 3) -> float:
+    """Pearson correlation on the pairs where ``where`` holds; NaN with fewer than ``min_pairs``."""
+    where = np.asarray(where, bool)
+    if where.sum() < min_pairs:
+        return float("nan")
+    return pearson(np.asarray(credit)[where], np.asarray(a_star)[where])
+
+
+def pairwise_rank_accuracy(credit, a_star, se, row, *, z: float = 2.0) -> tuple[float, int]:
+    """Within-trajectory turn ranking: over the pairs of sampled turns ``(i, j)`` of one
+    trajectory whose true advantages differ clearly (``|Â*_i − Â*_j| > z·sqrt(SE_i² + SE_j²)``),
+    the fraction the credit orders the same way, a tie in the credit counting one half (the AUC
+    convention), and how many such pairs there were. NaN if none. Scale- and shift-free per
+    trajectory: it asks only which turn of a rollout deserved more, the question an outcome
+    advantage cannot answer (it ties every turn of a trajectory, so it scores exactly 0.5)."""
+    c, a, se, row = (np.asarray(v) for v in (credit, a_star, se, row))
+    i, j = np.triu_indices(len(a), k=1)
+    same = row[i] == row[j]
+    i, j = i[same], j[same]
+    gap = a[i] - a[j]
+    clear = np.abs(gap) > z * np.sqrt(se[i] ** 2 + se[j] ** 2)
+    n = int(clear.sum())
+    if n == 0:
+        return float("nan"), 0
+    agree = np.sign(c[i] - c[j])[clear] * np.sign(gap[clear])  # +1 right, -1 wrong, 0 tie
+    return float(np.mean((agree + 1.0) / 2.0)), n
+
+
+def residual_bias(credit, a_star, where) -> float:
+    """How much more (positive) or less a method credits the turns where ``where`` holds than
+    ``Â*`` explains, in units of the method's own credit standard deviation.
+
+    Fit the credit on the ground truth over *all* pairs, ``credit ≈ a + b·Â*`` (least squares:
+    the direction where noise in the credit does not attenuate the slope), and return the mean
+    residual ``credit − a − b·Â*`` over the selected pairs divided by ``sd(credit)``. A credit that
+    is ``Â*`` plus noise unrelated to the turn's kind scores about 0 on every kind of turn; a
+    role bonus added on top (reward shaping) shows as a positive residual on that role. The
+    residuals sum to 0 over all pairs, so the biases of a partition of the pairs, weighted by
+    their counts, sum to 0: the measure says which turns a method favours relative to the rest.
+    NaN on no pair or a constant credit."""
+    where = np.asarray(where, bool)
+    c, a = np.asarray(credit, np.float64), np.asarray(a_star, np.float64)
+    sd = float(np.std(c))
+    if not where.any() or not sd > 0:
+        return float("nan")
+    var_a = np.var(a)
+    b = float(np.mean((a - a.mean()) * (c - c.mean())) / var_a) if var_a > 0 else 0.0
+    resid = c - (c.mean() - b * a.mean()) - b * a
+    return float(np.mean(resid[where]) / sd)
+
+
+def across_method_rank_correlation(metric, outcome, *, resamples: int = 2000, seed: int = 0):
+    """How well a credit metric ranks the methods by what they learn.
+
+    ``metric`` and ``outcome`` are ``[M, S]`` per method and seed (the seeds paired: seed ``s``
+    of every method shares its initial policy and its step-0 batch). The estimate is the
+    Spearman correlation across the ``M`` methods of their seed-mean metric with their seed-mean
+    outcome; the interval is the 95% percentile interval of the same statistic over bootstrap
+    resamples of the seeds (one resample of seed indices for all methods, so the pairing is kept).
+    A NaN seed of a method is left out of that method's mean. Returns ``(rho, lo, hi)``.
+    """
+    m, o = np.asarray(metric, np.float64), np.asarray(outcome, np.float64)
+
+    def seed_mean(x, idx):  # NaN-skipping mean without NumPy's empty-slice warning (see below)
+        x = x[:, idx]
+        ok = np.isfinite(x)
+        n = ok.sum(axis=1)
+        return np.where(n > 0, np.where(ok, x, 0.0).sum(axis=1) / np.maximum(n, 1), np.nan)
+
+    def rho(idx):
+        mm, oo = seed_mean(m, idx), seed_mean(o, idx)
+        ok = np.isfinite(mm) & np.isfinite(oo)
+        if ok.sum() < 3 or np.ptp(mm[ok]) == 0 or np.ptp(oo[ok]) == 0:
+            return float("nan")  # fewer than 3 methods, or a side with every method tied
+        return spearman(mm[ok], oo[ok])
+
+    # No warnings.catch_warnings here: the lab's two task threads would race on the global
+    # warning filters (one thread's exit restores them under the other).
+    S = m.shape[1]
+    point = rho(np.arange(S))
+    rng = np.random.default_rng(seed)
+    boot = np.array([rho(rng.integers(0, S, size=S)) for _ in range(resamples)])
+    boot = boot[np.isfinite(boot)]
+    if S < 2 or boot.size == 0:
+        return point, None, None
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    return point, float(lo), float(hi)
+
+
 def role_cells(role, success, a_star, credit) -> dict:
     """Per role × (successful / failed rollout): count, mean A*, mean credit, and mean credit
     after the best affine rescaling onto A* (same units as A*). Empty cells have ``n = 0`` and

@@ -64,9 +64,13 @@ PANELS = [
      ["grpo", "dr_grpo", "rloo", "shrink", "shrink_rloo", "mt_grpo", "gigpo", "hgpo", "value",
       "scalar_prm"]),
     ("TRIAGE: judge reliability", ["grpo", "triage", "triage_p02", "triage_p04", "triage_blind"]),
-    ("TCPO rungs and controls", ["grpo", "tcpo_retro", "tcpo_hindsight", "tcpo_full", "true_adv",
-                                 "shuffled", "tcpo_unnormalized", "tcpo_no_preserve"]),
+    ("Bias controls: shaping or credit?", ["grpo", "triage", "triage_shuffled", "explore_only",
+                                           "triage_no_explore"]),
+    ("TCPO rungs, turn-count baseline, controls",
+     ["grpo", "tcpo_retro", "tcpo_hindsight", "tcpo_full", "turn_baseline", "true_adv",
+      "true_adv_n4", "true_adv_n16", "shuffled", "tcpo_unnormalized", "tcpo_no_preserve"]),
 ]
+CONTROLS = ("true_adv", "true_adv_n4", "true_adv_n16", "shuffled")
 
 
 def _band(ys: np.ndarray):
@@ -103,7 +107,7 @@ def plot_task(path: pathlib.Path, task: dict, seeds: int) -> None:
                 steps = np.asarray(curves[name]["steps"])
                 mean, lo, hi = _band(np.asarray(curves[name][key], dtype=np.float64))
                 style = dict(color="black", lw=2.2) if name == "grpo" else dict(lw=1.5)
-                if name in ("true_adv", "shuffled"):
+                if name in CONTROLS:
                     style["ls"] = "--"
                 (line,) = ax.plot(steps, mean, label=labels[name], **style)
                 ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.10)
@@ -160,6 +164,47 @@ def plot_credit(path: pathlib.Path, record: dict) -> None:
     fig.suptitle("Per-turn credit against the Monte-Carlo ground truth A* = Q - V of the current "
                  "policy (each method on its own policy; mean and 95% bootstrap interval over seeds)",
                  fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_predictive(path: pathlib.Path, record: dict) -> None:
+    """Per credit metric at step 0, its rank correlation across methods with final success (and
+    return), per task, with the 95% bootstrap interval over seeds (``lab.metric_vs_learning``)."""
+    from .tables import PREDICTIVE_LABELS
+
+    tasks = [t for t in record["tasks"].values() if "predictive" in t["lab"]]
+    if not tasks:
+        return
+    plt = _plt()
+    metrics = list(tasks[0]["lab"]["predictive"]["metrics"])
+    y = np.arange(len(metrics))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.6 * len(tasks), 0.42 * len(metrics) + 1.8),
+                             sharey=True, squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        pred = task["lab"]["predictive"]["metrics"]
+        for off, outcome, colour in [(-0.17, "success", "C0"), (0.17, "ret", "C1")]:
+            st = [pred[m][outcome] for m in metrics]
+            mean = np.array([v["mean"] if v["mean"] is not None else np.nan for v in st])
+            lo = np.array([v["interval"][0] if v["interval"][0] is not None else np.nan for v in st])
+            hi = np.array([v["interval"][1] if v["interval"][1] is not None else np.nan for v in st])
+            # The point uses every seed, the interval resamples them: it need not contain the point.
+            err = np.maximum(np.nan_to_num(np.vstack([mean - lo, hi - mean])), 0.0)
+            ax.errorbar(mean, y + off, xerr=err, fmt="o", ms=4, capsize=2, color=colour,
+                        label={"success": "final success", "ret": "final return"}[outcome])
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlim(-1.05, 1.05)
+        ax.grid(alpha=0.3, axis="x")
+        n = len(task["lab"]["predictive"]["methods"])
+        ax.set_title(f"{task['label']}\nSpearman ρ across {n} methods", fontsize=10)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[0][0].set_yticks(y)
+    axes[0][0].set_yticklabels([PREDICTIVE_LABELS.get(m, m) for m in metrics], fontsize=8)
+    axes[0][0].invert_yaxis()
+    fig.suptitle("Does a credit metric at the initial policy predict what a method learns? "
+                 "(+: better credit, more learning; 95% bootstrap interval over seeds)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -23,7 +23,7 @@ from flax import nnx
 import credax
 
 from . import env as E
-from .methods import BASELINES, DIAGNOSTICS, METHODS_BY_NAME, Context, Method, Settings, outcome_rewards
+from .methods import BASELINES, DIAGNOSTICS, Context, Method, Settings, outcome_rewards
 from .policy import Policy, Rollout, episode_return, final_score, rollout
 
 
@@ -298,7 +298,9 @@ class Runner:
         hot = lambda f: jax.jit(f, compiler_options=HOT)
         cold = lambda f: jax.jit(f, compiler_options=COLD)
         sampling = lambda f: jax.jit(f, compiler_options=SAMPLING)
-        self.solo = [i for i, m in enumerate(methods) if m.name == "true_adv"]
+        # The true-advantage controls: their credit is the policy's own branch rollouts, a hot
+        # program per control (its N is static) instead of a slice of the cold credit program.
+        self.solo = [i for i, m in enumerate(methods) if m.oracle]
         # Measured by the lab only: TCPO's parts and switches (on TCPO + hindsight's policy) and
         # the outcome baselines' variance comparison (on GRPO's policy).
         self.diagnostics = tuple(d for d in DIAGNOSTICS if d.name not in {m.name for m in methods})
@@ -325,8 +327,8 @@ class Runner:
                 [credit_phase(gd, st, c, m, cfg) for m in group]) if group else None
 
         self.credits = cold(credits)
-        true_adv = METHODS_BY_NAME["true_adv"]
-        self.true_credit = sampling(jax.vmap(lambda st, c: credit_phase(gd, st, c, true_adv, cfg)))
+        self.true_credit = {i: sampling(jax.vmap(lambda st, c, m=methods[i]: credit_phase(gd, st, c, m, cfg)))
+                            for i in self.solo}
         self.diag_credits = cold(jax.vmap(each(self.diagnostics), out_axes=1))
         self.baseline_credits = cold(jax.vmap(each(self.baselines), out_axes=1))
         dr = np.asarray([m.agg == "seq-mean-token-sum-norm" for m in methods])
@@ -355,7 +357,7 @@ class Runner:
         n = ctx.outcome.shape[0] // len(self.methods)
         for i in self.solo:
             sl = lambda x, i=i: x[i * n:(i + 1) * n]
-            true = self.true_credit(jax.tree.map(sl, states), jax.tree.map(sl, ctx))
+            true = self.true_credit[i](jax.tree.map(sl, states), jax.tree.map(sl, ctx))
             adv = jnp.concatenate([adv[:i * n], true, adv[(i + 1) * n:]])
         return adv
 
@@ -366,30 +368,32 @@ class Runner:
 
         S = states_leading(states) // len(self.methods)
         ctx = self.roll(states, keys, self.train_pool)
-        adv = np.asarray(self.credits(states, ctx))
+        adv = np.asarray(self.step_credit(states, ctx))  # the true-advantage controls' own too
         names = {m.name: i for i, m in enumerate(self.methods)}
         sl = lambda x, i: jax.tree.map(lambda a: a[i * S:(i + 1) * S], x)
-        # One method's instances per call (one compiled shape); at step 0 every method holds the
-        # same parameters and keys, so one call serves all of them.
-        cores = {}
-        for i in range(len(self.methods)):
-            if shared and cores:
-                cores[i] = cores[0]
-                continue
-            cores[i] = jax.tree.map(np.asarray, self.lab_core(sl(states, i), sl(ctx, i), sl(keys, i)))
         extra = {}
         for host, group, fn in [("tcpo_hindsight", self.diagnostics, self.diag_credits),
                                 ("grpo", self.baselines, self.baseline_credits)]:
             if group and host in names:
                 i = names[host]
                 extra[host] = (group, np.asarray(fn(sl(states, i), sl(ctx, i))))
-        out = {}
+        # One method's instances per call (one compiled shape); at step 0 every method holds the
+        # same parameters and keys, so one call serves all of them. Each core is assembled at once
+        # and dropped: its per-turn gradient rows ([S, B·K, D], ~140 MB at the default size) are
+        # the big part: 23 methods' worth held at once is 23 x 140 MB, ~3 GB per task.
+        out, shared_core = {}, None
         for m, i in names.items():
+            if shared and shared_core is not None:
+                core = shared_core
+            else:
+                core = jax.tree.map(np.asarray, self.lab_core(sl(states, i), sl(ctx, i), sl(keys, i)))
+                shared_core = core if shared else None
             rows = [(m, adv[i * S:(i + 1) * S])]
             if m in extra:
                 group, credit = extra[m]
                 rows += [(d.name, credit[j]) for j, d in enumerate(group)]
-            out[m] = lab.assemble(cores[i], rows, true_adv=m == "true_adv")
+            out[m] = lab.assemble(core, rows)
+            del core
         return out
 
     def run(self, seeds, log=None, *, steps: int | None = None) -> dict:

@@ -197,7 +197,11 @@ def _check_logprobs_args(arguments) -> None:
     shape = np.shape(source) if hasattr(source, "shape") or isinstance(source, list) else None
     if shape and len(shape) == (3 if "logits" in arguments else 2):
         vocab = shape[-1] if "logits" in arguments else shape[1]
-        if vocab:
+        hidden = np.shape(arguments["hidden"]) if "hidden" in arguments else None
+        # A [V, D] unembedding passed for [D, V]: the body's shape check names it; reading V off
+        # the wrong axis here would blame the tokens instead.
+        misshaped = hidden is not None and (not hidden or hidden[-1] != shape[0])
+        if vocab and not misshaped:
             check_token_range(arguments["tokens"], vocab, arguments.get("mask"))
 
 

@@ -31,12 +31,13 @@ secondary write-ups. What the sources leave open is credax's reading, switchable
 hindsight estimate (it replaces it on selected, eligible, informative turns), the surprisal
 (``credax.turn_surprisal``) and the scope of the top-L budget.
 
-Known bias. The per-(prompt, turn) peer sets of the hindsight baseline and of the z-score contain
-only the trajectories that *reached* turn ``k``. When the policy decides when to stop, which peers
-a turn is compared with depends on the trajectory's own later actions: an action-dependent
-baseline, which biases the policy gradient (verl issue #7244, the same caveat as MT-GRPO's
-per-turn-index normalisation). credax documents it rather than hides it; with a fixed number of
-turns (every row reaches every ``k``) it vanishes.
+Variable turn counts. The per-(prompt, turn) peer sets of the hindsight baseline and of the
+z-score contain only the trajectories that *reached* turn ``k``. That a row reached ``k`` is its
+history, so the sets add no stopping term by themselves (verl issue #7244's bias needs
+per-index-normalised rewards *summed* over the remaining turns; ``unbiased_turn_advantages`` is
+that sum done right). The credit lab measures TCPO's credit paying for continuing over stopping
+beyond the true advantage on its refinement task (docs/guides/credit-lab.md); with a fixed number
+of turns (every row reaches every ``k``) the question does not arise.
 """
 
 from __future__ import annotations
@@ -584,9 +585,10 @@ def tcpo_advantages(
     the bare improvement ``Δ``. :func:`raw_score_credit` and :func:`adjacent_delta_credit` give the
     lower rungs (normalise them with :func:`credax.group_normalize`).
 
-    Caveat: the (prompt, turn) peer sets contain only trajectories that reached turn ``k``; when
-    the policy chooses when to stop, that baseline depends on the trajectory's own actions and
-    biases the gradient (verl issue #7244). It vanishes with a fixed number of turns.
+    Caveat: the (prompt, turn) peer sets contain only trajectories that reached turn ``k``. When
+    the policy chooses when to stop, the credit lab measures this credit paying for continuing
+    over stopping beyond the true advantage (docs/guides/credit-lab.md); for a turn baseline
+    that is unbiased whoever stops, see :func:`credax.unbiased_turn_advantages`.
 
     Args:
       scores: ``float[B, K]`` per-turn verifier scores in ``[0, 1]``.
