@@ -224,3 +224,18 @@ def test_logprobs_round_trip_through_the_rollouts_file(tmp_path):
         credax.read_rollouts(str(path))
     with pytest.raises(ValueError, match=r"logprobs\[0\]` must be finite"):
         credax.write_rollouts(path, [Rollout("q", [Turn([5], 1.0, logprobs=[float("-inf")])])])
+
+
+def test_validate_roles_accepts_the_padding_rows_of_pad_rollouts():
+    b = _padded().batch
+    roles = np.where(np.asarray(b.turn_mask), 0, -1)
+    # Before: validate_roles had no row_mask, so pad_rollouts' padding row always failed.
+    with pytest.raises(ValueError, match="row 3 has none"):
+        credax.validate_roles(roles, b.turn_mask)
+    assert credax.validate_roles(roles, b.turn_mask, row_mask=b.row_mask) is None
+    stray = np.asarray(b.turn_mask).copy()
+    stray[3, 0] = True
+    with pytest.raises(ValueError, match="row 3 is padding"):
+        credax.validate_roles(np.zeros_like(roles), stray, row_mask=b.row_mask)
+    with pytest.raises(ValueError, match="row_mask"):
+        credax.validate_roles(roles, b.turn_mask, row_mask=[True, False])

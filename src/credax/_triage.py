@@ -46,7 +46,7 @@ from jaxtyping import Array, Bool, Float, Int
 from . import _checks
 from ._api import FINITE, NON_NEGATIVE, check_values, jit_public
 from ._groups import Groups, Normalization, normalize_with_groups, segment_stats
-from ._validate import check_bool_mask, check_prefix_mask, host_array
+from ._validate import check_bool_mask, check_prefix_mask, host_array, row_mask_array
 
 
 class Role(enum.IntEnum):
@@ -670,8 +670,12 @@ def _is_sequence(x) -> bool:
     return hasattr(x, "__array__") and np.ndim(x) >= 1
 
 
-def validate_roles(roles, turn_mask) -> None:
+def validate_roles(roles, turn_mask, *, row_mask=None) -> None:
     """Check role codes eagerly (not under ``jit``), raising with the argument's name.
+
+    ``row_mask`` (``bool[B]``, true = real row, as ``RolloutBatch.row_mask``): padding rows from
+    :func:`credax.pad_rollouts` must have no valid turn and are exempt from the at-least-one-turn
+    rule, as in :func:`credax.validate_turns`.
 
     Checks:
 
@@ -711,5 +715,5 @@ def validate_roles(roles, turn_mask) -> None:
             f"`roles` must hold codes in [-1, {NUM_ROLES}) (Role values, -1 = unlabeled) at valid "
             f"turns; roles[{b}, {k}] = {r[b, k]}."
         )
-    check_prefix_mask(m)
+    check_prefix_mask(m, row_mask=row_mask_array(row_mask, r.shape[0], like="roles"))
 

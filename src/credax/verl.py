@@ -113,7 +113,7 @@ def _dense_codes(values, where) -> np.ndarray:
 
 def uid_to_group_ids(index, device=None) -> torch.Tensor:
     """verl's ``uid`` array (strings, or integers of any width, or tuples) → dense ``int32[B]``
-    group ids, exact by type and value (see :func:`_dense_codes`).
+    group ids, exact by type and value (``1`` and ``1.0`` are two prompts; a NaN uid is refused).
 
     Raises:
       TypeError: ``index`` is a string (not a sequence of uids), or a uid is unhashable.
