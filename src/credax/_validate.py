@@ -101,6 +101,11 @@ def check_group_ids(group_ids, batch: int) -> None:
             raise ValueError(f"`group_ids` (a Groups) must have index shape [B] = ({batch},); "
                              f"got {index.shape}.")
         return
+    if isinstance(group_ids, tuple):
+        # As the estimators do (credax.groups): to JAX a tuple is a pytree, not an array.
+        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
+                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
+                        "`np.asarray(ids)`.")
     ids = host_array(group_ids, "group_ids")
     if ids.dtype == object or not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"`group_ids` must be an integer array; got dtype {ids.dtype}.")
@@ -238,6 +243,9 @@ def _check_values(v: np.ndarray, where: np.ndarray, name: str, value_range, rang
 
 
 def _real_array(x, name: str) -> np.ndarray:
+    from ._checks import check_host_range  # here: this module imports no JAX at load time
+
+    check_host_range(x, name)  # finite in float64 but inf in float32: refused as the estimators do
     a = host_array(x, name)
     if a.dtype == object or not (np.issubdtype(a.dtype, np.floating)
                                  or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):

@@ -50,9 +50,48 @@ preset                reproduces
 
 from __future__ import annotations
 
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ._groups import Normalization
+
+
+class Options(Mapping):
+    """A read-only mapping of keyword options (``fn(**preset)``), which copies, deep-copies and
+    pickles (a ``types.MappingProxyType`` refuses all three). Equal to a ``dict`` with the same
+    items.
+
+    Examples:
+      >>> import copy, pickle
+      >>> from credax import presets
+      >>> pickle.loads(pickle.dumps(presets.VERL_LOSS)) == presets.VERL_LOSS
+      True
+      >>> copy.deepcopy(presets.VERL_LOSS)["clip_low"]
+      0.2
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any]):
+        object.__setattr__(self, "_items", dict(items))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("preset options are read-only; build a new dict: {**preset, ...}")
+
+    def __reduce__(self):
+        return (type(self), (self._items,))
+
+    def __repr__(self) -> str:
+        return f"Options({self._items!r})"
 
 VERL = Normalization(scale="group", ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
 VERL_DR_GRPO = Normalization(scale="none", ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
@@ -65,7 +104,7 @@ VPR = Normalization(scale="group", ddof=0, eps=1e-8, eps_mode="add", singleton="
 
 # verl-agent recipe/hgpo run scripts: history_length=2, mode="mean_std_norm", length_weight_alpha=1,
 # base_group=False, algorithm.gamma=0.95, epsilon 1e-6 (core_hgpo.py default).
-HGPO_VERL_AGENT = MappingProxyType(
+HGPO_VERL_AGENT = Options(
     dict(history=2, gamma=0.95, alpha=1.0, episode_group=False, episode_pooling="step",
          episode_singleton="raw", scale="group", ddof=0, eps=1e-6)
 )
@@ -85,11 +124,11 @@ def trl(scale_rewards: str = "group") -> Normalization:
 # Loss parity presets.
 # --------------------------------------------------------------------------------------------
 
-VERL_LOSS = MappingProxyType(
+VERL_LOSS = Options(
     dict(clip_low=0.2, clip_high=0.2, dual_clip=3.0, agg="token-mean", ratio="token",
          log_ratio_clamp=20.0, kl_estimator="k3", kl_clamp=10.0, kl_ratio_weight=False)
 )
-VERL_GSPO_LOSS = MappingProxyType(
+VERL_GSPO_LOSS = Options(
     dict(clip_low=0.2, clip_high=0.2, dual_clip=None, agg="seq-mean-token-mean", ratio="sequence",
          log_ratio_clamp=(-float("inf"), 10.0), kl_estimator="k3", kl_clamp=10.0,
          kl_ratio_weight=False)
@@ -110,7 +149,7 @@ def trl_loss(
     epsilon_high: float | None = None,
     delta: float | None = None,
     use_bias_correction_kl: bool = True,
-) -> MappingProxyType:
+) -> Options:
     """The ``policy_loss`` options that reproduce TRL ``GRPOTrainer`` for one ``loss_type``.
 
     TRL's denominators, and the ``normalizer`` that reproduces each (``n_b`` valid tokens of row
@@ -177,10 +216,10 @@ def trl_loss(
         if num_items_in_batch is not None:
             normalizer = max(float(num_items_in_batch), 1.0) / num_processes
         options.update(agg="token-mean", normalizer=normalizer)
-    return MappingProxyType(options)
+    return Options(options)
 
 
 TRL_LOSS = trl_loss("dapo")  # TRL 1.16's defaults: loss_type dapo, bias-corrected KL; one process
 
-__all__ = ["HGPO_VERL_AGENT", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "VERL", "VERL_DR_GRPO",
+__all__ = ["HGPO_VERL_AGENT", "Options", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "VERL", "VERL_DR_GRPO",
            "VERL_GSPO_LOSS", "VERL_LOSS", "VPR", "trl", "trl_loss"]
