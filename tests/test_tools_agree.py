@@ -239,3 +239,17 @@ def test_validate_roles_accepts_the_padding_rows_of_pad_rollouts():
         credax.validate_roles(np.zeros_like(roles), stray, row_mask=b.row_mask)
     with pytest.raises(ValueError, match="row_mask"):
         credax.validate_roles(roles, b.turn_mask, row_mask=[True, False])
+
+
+def test_pad_rollouts_ids_compare_by_type_and_value_and_scores_fit_float32():
+    # Reported by the reliability round (#27): pad_rollouts had its own id key, which split
+    # np.str_("a") from "a", merged (1, "a"), (1.0, "a") and (True, "a"), and took a NaN inside a
+    # tuple; a score of 1e39 became inf in the float32 batch.
+    one = lambda pid, score=0.5: Rollout(pid, [Turn([1], score)])
+    ids = lambda rs: credax.pad_rollouts(rs).batch.group_ids.tolist()
+    assert ids([one(np.str_("a")), one("a")]) == [0, 0]
+    assert ids([one((1, "a")), one((1.0, "a")), one((True, "a"))]) == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"prompt_id\[0\].*NaN"):
+        credax.pad_rollouts([one((float("nan"), "a"))])
+    with pytest.raises(ValueError, match=r"1e\+39.*float32"):
+        credax.pad_rollouts([one("a", 1e39)])

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from ._groups import Groups
+from ._groups import Groups, exact_id
 from ._triage import parse_roles
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -279,23 +279,6 @@ def _check_sizes(sizes, axis: str):
     return tuple(int(s) for s in sizes)
 
 
-def _exact_key(value, where: str):
-    """A dict key that compares prompt / anchor ids by type and value, never by hash alone."""
-    if isinstance(value, bool | np.bool_):
-        return ("bool", bool(value))
-    if isinstance(value, int | np.integer):
-        return ("int", int(value))
-    if isinstance(value, float | np.floating):
-        if math.isnan(value):
-            raise ValueError(f"{where}: NaN is not a usable id (NaN != NaN).")
-        return ("float", float(value))
-    try:
-        hash(value)
-    except TypeError:
-        raise TypeError(f"{where}: ids must be hashable; got {type(value).__name__}.") from None
-    return (type(value).__name__, value)
-
-
 def _token_ids(values, where: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.size == 0:
@@ -346,10 +329,20 @@ def _all_logprobs(flat: list, rollouts) -> np.ndarray:
 _NUMBER = (int, float, np.integer, np.floating)  # built once: a `|` union per call costs ~0.3 µs
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _beyond_float32(value: float, where: str):
+    return ValueError(f"{where}: {value:g} is finite but beyond float32's range (±{_F32_MAX:.4g}); "
+                      "the padded batch is float32 and would hold inf. Rescale the values.")
+
+
 def _finite(value, where: str) -> float:
     if type(value) is float:  # the common case, first
         if not math.isfinite(value):
             raise ValueError(f"{where}: must be finite; got {value}.")
+        if abs(value) > _F32_MAX:
+            raise _beyond_float32(value, where)
         return value
     if not isinstance(value, _NUMBER) and getattr(value, "shape", None) == ():
         # A 0-d array (NumPy, or a concrete jax.Array such as `jnp.float32(0.5)` or a score
@@ -364,6 +357,8 @@ def _finite(value, where: str) -> float:
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{where}: must be finite; got {value}.")
+    if abs(value) > _F32_MAX:
+        raise _beyond_float32(value, where)
     return value
 
 
@@ -465,7 +460,7 @@ def pad_rollouts(
         where = f"rollouts[{i}]"
         if not isinstance(r, Rollout):
             raise TypeError(f"`{where}` must be a credax.Rollout; got {type(r).__name__}.")
-        key = _exact_key(r.prompt_id, f"{where}.prompt_id")
+        key = exact_id(r.prompt_id, f"{where}.prompt_id")
         if key not in prompt_index:
             prompt_index[key] = len(prompt_keys)
             prompt_keys.append(r.prompt_id)
@@ -496,7 +491,7 @@ def pad_rollouts(
             if t.anchor is None:
                 anchors.append(None)
             else:
-                akey = _exact_key(t.anchor, f"{tw}.anchor")
+                akey = exact_id(t.anchor, f"{tw}.anchor")
                 anchors.append(anchor_index.setdefault(akey, len(anchor_index)))
         for j, (seg, turn) in enumerate(segments):
             n = len(seg)
