@@ -314,16 +314,17 @@ for _fname, _call in _STAR_CALLS.items():
 
 for _pname, _preset in NORM_PRESETS.items():
 
-    # _stepwise.py is not this engineer's file: gigpo_advantages takes only `scale` and `eps`
-    # of the normalisation keywords, so `**presets.VERL` is a TypeError ("unexpected keyword
-    # 'center'"), against the presets docstring ("either works with every estimator that
-    # normalises within groups"). Reported; strict, so the fix shows here.
+    # gigpo_advantages takes `normalization=` (and its own `scale`/`eps`), not the loose keywords:
+    # the documented behaviour (presets docstring) is a TypeError for `**preset` there and the
+    # preset's numbers through `normalization=preset`.
     def _p(preset=_preset):
-        credax.gigpo_advantages(R4[:2], S22[:2], np.array([[1, 2], [1, 3]]), TM22[:2],
-                                IDS4[:2], **preset)
+        args = (R4[:2], S22[:2], np.array([[1, 2], [1, 3]]), TM22[:2], IDS4[:2])
+        with pytest.raises(TypeError, match="center|ddof|eps_mode|singleton|leave_one_out"):
+            credax.gigpo_advantages(*args, **preset)
+        out = np.asarray(credax.gigpo_advantages(*args, normalization=preset))
+        assert out.shape == (2, 2) and np.all(np.isfinite(out))
 
     probe("norm", f"star_gigpo_{_pname}")(_p)
-    KNOWN[f"norm.star_gigpo_{_pname}"] = "_stepwise.gigpo_advantages lacks the keywords"
 
 
 # ============================================================================================

@@ -4,7 +4,10 @@ The normalisation presets are :class:`credax.Normalization` values, the complete
 normalisation options, so nothing falls back silently to a credax default. Pass one as a value,
 ``credax.grpo_advantages(rewards, ids, normalization=credax.presets.VERL)``, or as keywords,
 ``credax.grpo_advantages(rewards, ids, **credax.presets.VERL)`` (a ``Normalization`` is a read-only
-mapping of its fields); either works with every estimator that normalises within groups. Change
+mapping of its fields). ``normalization=preset`` works with every estimator that normalises
+within groups; the keyword form only where the estimator still takes the loose keywords
+(``gigpo_advantages`` takes ``normalization=`` and its own ``scale``/``eps``, so ``**preset`` is
+a ``TypeError`` there; the keyword form is on its way out, issue #28). Change
 one field with ``presets.VERL.replace(eps=1e-4)``. ``HGPO_VERL_AGENT`` is a read-only mapping of
 ``hgpo_advantages`` keywords. The tests check each preset against a hand-worked example of the
 peer's formula.
