@@ -380,7 +380,7 @@ class Runner:
         # One method's instances per call (one compiled shape); at step 0 every method holds the
         # same parameters and keys, so one call serves all of them. Each core is assembled at once
         # and dropped: its per-turn gradient rows ([S, B·K, D], ~140 MB at the default size) are
-        # the big part: 23 methods' worth held at once is 23 x 140 MB, ~3 GB per task.
+        # the big part: every method's worth held at once is ~20 x 140 MB, ~3 GB per task.
         out, shared_core = {}, None
         for m, i in names.items():
             if shared and shared_core is not None:
