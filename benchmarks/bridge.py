@@ -84,7 +84,7 @@ def case_grpo(bench: Bench, runner, batch: int) -> None:
     ids = cases.make_ids(rng, batch).astype(np.int64) + 2**33  # int64 uids, as torch code has them
     rewards = rng.random(batch, dtype=np.float32)
     reference = peers.reference_grpo(rewards, ids, eps=cases.EPS)
-    opts = dict(credax.presets.VERL)
+    opts = dict(normalization=credax.presets.VERL)
     r_t, ids_t = bench.t(rewards), bench.t(ids)
     g_t = ct.groups(ids_t)
     g_j = bench.dense_groups(ids_t)
@@ -119,7 +119,7 @@ def case_tcpo(bench: Bench, runner, batch: int, num_turns: int) -> None:
     scores, turn_mask = cases.make_turns(rng, batch, num_turns)
     gamma, eps = cases.TCPO_GAMMA, cases.EPS
     reference = peers.reference_tcpo(scores, turn_mask, ids, gamma=gamma, eps=eps)
-    opts = dict(cases.TCPO_OPTIONS, gamma=gamma)
+    opts = dict(normalization=credax.Normalization(**cases.TCPO_NORMALIZATION), gamma=gamma)
     s_t, m_t, ids_t = bench.t(scores), bench.t(turn_mask), bench.t(ids)
     g_t = ct.groups(ids_t)
     g_j = bench.dense_groups(ids_t)

@@ -36,7 +36,7 @@ SIZES = [(64, 4), (64, 8), (256, 8), (256, 16), (1024, 8)]
 def _advantages(r, ids):
     return {
         "none": r,
-        "dr_grpo": credax.grpo_advantages(r, ids, scale="none"),
+        "dr_grpo": credax.grpo_advantages(r, ids, normalization=credax.Normalization(scale="none")),
         "rloo": credax.rloo_advantages(r, ids),
         "shrinkage": credax.shrinkage_advantages(r, ids),
         "shrinkage_loo": credax.shrinkage_advantages(r, ids, leave_one_out=True),
@@ -97,7 +97,7 @@ def against_true_advantage(sd_action: float, sd_rest: float, *, num_prompts: int
     groups = credax.groups(ids, num_groups=num_prompts)
 
     def estimators(x):
-        return {"dr_grpo": credax.grpo_advantages(x, groups, scale="none"),
+        return {"dr_grpo": credax.grpo_advantages(x, groups, normalization=credax.Normalization(scale="none")),
                 "shrinkage": credax.shrinkage_advantages(x, groups),
                 "rloo": credax.rloo_advantages(x, groups),
                 "shrinkage_loo": credax.shrinkage_advantages(x, groups, leave_one_out=True),

@@ -49,7 +49,7 @@ def main() -> None:
         "GRPO": credax.grpo_advantages(outcome, g),
         "verl": credax.grpo_advantages(outcome, g, normalization=credax.presets.VERL),
         "TRL": credax.grpo_advantages(outcome, g, normalization=credax.presets.TRL),
-        "Dr.GRPO": credax.grpo_advantages(outcome, g, scale="none"),
+        "Dr.GRPO": credax.grpo_advantages(outcome, g, normalization=credax.Normalization(scale="none")),
         "RLOO": credax.rloo_advantages(outcome, g),
         "degen.": credax.degenerate_groups(outcome, g),
     }

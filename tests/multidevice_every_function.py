@@ -40,7 +40,7 @@ def calls(a):
         "group_mean": lambda: credax.group_mean(g["s"], g["ids"], g["tm"]),
         "group_count": lambda: credax.group_count(g["ids"], g["tm"]),
         "peer_mean": lambda: credax.peer_mean(g["s"], g["ids"], g["tm"]),
-        "grpo": lambda: credax.grpo_advantages(g["r"], g["ids"], **presets.TRL_BATCH),
+        "grpo": lambda: credax.grpo_advantages(g["r"], g["ids"], normalization=presets.TRL_BATCH),
         "rloo": lambda: credax.rloo_advantages(g["r"], g["ids"]),
         "gdpo": lambda: credax.gdpo_advantages(g["s"][:, :2], g["ids"], weights=jnp.ones(2)),
         "degenerate": lambda: credax.degenerate_groups(g["r"], g["ids"]),

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import credax
-from credax import presets
+from credax import Normalization, presets
 
 NAN, INF = float("nan"), float("inf")
 PROBES: dict[str, object] = {}
@@ -85,9 +85,9 @@ GROUP0 = np.array([True, True, False, False])
 
 NORMALIZE_OPTIONS = {
     "default": {},
-    "verl": dict(presets.VERL),
-    "trl": dict(presets.TRL),
-    "dr_grpo": dict(presets.TRL_NONE),
+    "verl": presets.VERL.asdict(),
+    "trl": presets.TRL.asdict(),
+    "dr_grpo": presets.TRL_NONE.asdict(),
     "eps_sqrt": dict(eps_mode="sqrt"),
     "loo": dict(leave_one_out=True),
     "uncentred": dict(center=False),
@@ -102,8 +102,9 @@ for _label, _options in NORMALIZE_OPTIONS.items():
             r = R4.copy()
             r[0] = bad
             with deprecated(options):
-                out = credax.grpo_advantages(r, IDS4, **options)
-                clean = credax.grpo_advantages(CLEAN4, IDS4, **options)
+                norm = Normalization(**options)
+                out = credax.grpo_advantages(r, IDS4, normalization=norm)
+                clean = credax.grpo_advantages(CLEAN4, IDS4, normalization=norm)
             nan_exactly(out, GROUP0)
             same_where(out, clean, ~GROUP0)
 
@@ -113,14 +114,15 @@ for _label, _options in NORMALIZE_OPTIONS.items():
 @probe("c1_grpo_batch_scale_poisons_batch")
 def _():
     # scale="batch": the batch std includes the NaN, so every valid row's statistic includes it.
-    nan_exactly(credax.grpo_advantages(R4, IDS4, **presets.TRL_BATCH), [True] * 4)
+    nan_exactly(credax.grpo_advantages(R4, IDS4, normalization=presets.TRL_BATCH), [True] * 4)
 
 
 @probe("c1_uncentred_unscaled_only_itself")
 def _():
     # center=False, scale="none" uses no statistic: x passes through, the NaN stays where it is.
     with pytest.warns(DeprecationWarning, match="`center=False` is deprecated"):
-        out = credax.group_normalize(R4, IDS4, center=False, scale="none")
+        out = credax.group_normalize(R4, IDS4,
+                                     normalization=Normalization(center=False, scale="none"))
     nan_exactly(out, [True, False, False, False])
 
 
@@ -129,14 +131,15 @@ def _():
     # A NaN singleton is its own set: NaN under every singleton mode (never the "0" that hides it).
     for mode in ("zero", "raw", "center"):
         with deprecated(dict(singleton=mode)):
-            out = credax.group_normalize(np.array([NAN, 1.0, 0.0], np.float32),
-                                         np.array([5, 6, 6]), singleton=mode)
+            out = credax.group_normalize(np.array([NAN, 1.0, 0.0], np.float32), np.array([5, 6, 6]),
+                                         normalization=Normalization(singleton=mode))
         nan_exactly(out, [True, False, False])
 
 
 @probe("c1_masked_nan_is_absent")
 def _():
-    out = credax.grpo_advantages(R4, IDS4, np.array([False, True, True, True]), eps=0.0)
+    out = credax.grpo_advantages(R4, IDS4, np.array([False, True, True, True]),
+                                 normalization=Normalization(eps=0.0))
     # group 0 is the singleton [1] -> 0; group 1 = [1, 0] -> ±0.7071
     np.testing.assert_allclose(out, [0.0, 0.0, 0.70710677, -0.70710677], rtol=1e-6)
 
@@ -406,7 +409,8 @@ def _():
 @probe("c5_huge_pair_std_beyond_max")
 def _():
     # [m, -m] with m = float32 max: σ = m·√2 is beyond float32, the z-scores ±1/√2 are not.
-    out = credax.group_normalize(np.array([F32MAX, -F32MAX], np.float32), np.zeros(2, np.int32), eps=0.0)
+    out = credax.group_normalize(np.array([F32MAX, -F32MAX], np.float32), np.zeros(2, np.int32),
+                                 normalization=Normalization(eps=0.0))
     np.testing.assert_allclose(out, [0.70710677, -0.70710677], rtol=1e-6)
 
 
@@ -415,7 +419,7 @@ def _():
     # [1, 2, 3]·1e-30: squares (1e-60) underflow float32; the z-scores are (-1, 0, 1) with eps=0.
     for scale in (1e-20, 1e-30, 1e-36):
         x = (np.array([1.0, 2.0, 3.0]) * scale).astype(np.float32)
-        out = credax.group_normalize(x, np.zeros(3, np.int32), eps=0.0)
+        out = credax.group_normalize(x, np.zeros(3, np.int32), normalization=Normalization(eps=0.0))
         np.testing.assert_allclose(out, [-1.0, 0.0, 1.0], atol=1e-6)
 
 
@@ -424,7 +428,7 @@ def _():
     # eps dominates a spread of 1e-20: the advantage is (x - μ)/(σ + eps) ≈ ±1e-20/1e-6 = ±1e-14,
     # not the ±1 of a std that underflowed and was mistaken for a constant set.
     x = np.array([0.0, 2e-20], np.float32)
-    out = credax.group_normalize(x, np.zeros(2, np.int32), eps=1e-6)
+    out = credax.group_normalize(x, np.zeros(2, np.int32), normalization=Normalization(eps=1e-6))
     np.testing.assert_allclose(out, [-1e-14, 1e-14], rtol=1e-4)
 
 
@@ -432,7 +436,7 @@ def _():
 def _():
     # 1 and the next float32 above it: a real spread of one ulp, z = ±0.7071 with eps=0
     x = np.array([1.0, np.nextafter(np.float32(1), np.float32(2))], np.float32)
-    out = credax.group_normalize(x, np.zeros(2, np.int32), eps=0.0)
+    out = credax.group_normalize(x, np.zeros(2, np.int32), normalization=Normalization(eps=0.0))
     np.testing.assert_allclose(out, [-0.70710677, 0.70710677], rtol=1e-6)
 
 
@@ -448,7 +452,7 @@ def _():
 def _():
     # TRL batch scaling with a batch std beyond float32 in one group and small values in another.
     r = np.array([3e38, -3e38, 1.0, 0.0], np.float32)
-    out = credax.grpo_advantages(r, IDS4, **presets.TRL_BATCH)
+    out = credax.grpo_advantages(r, IDS4, normalization=presets.TRL_BATCH)
     assert np.isfinite(np.asarray(out)).all()
     # batch σ (ddof=1) of [3e38, -3e38, 1, 0] = 3e38·√(2/3); group 0: ±3e38 / σ = ±√1.5
     np.testing.assert_allclose(out[:2], [np.sqrt(1.5), -np.sqrt(1.5)], rtol=1e-5)
@@ -1070,12 +1074,35 @@ EPS_CASES = [
     ("gigpo", lambda **kw: credax.gigpo_advantages(R2, Z22, np.zeros((2, 2), int), M22, IDS2, **kw)),
     ("hgpo", lambda **kw: credax.hgpo_advantages(R2, Z22, np.zeros((2, 2), int), M22, IDS2, **kw)),
 ]
+
+
+def unchecked_normalization(eps, **fields):
+    """A Normalization holding ``eps`` that no constructor checked: built by ``tree_unflatten``, as
+    ``jax.tree.map`` or a transformation's output builds one. The estimators check such a value."""
+    return jax.tree_util.tree_map(lambda _: eps, Normalization(**fields))
+
+
+EPS_MESSAGE = r"`eps` must be >= 0 and finite"
+for _bad in (-1e-6, NAN, INF):
+    for _kind in ("python", "jax"):
+
+        def _p(bad=_bad, make=KINDS[_kind]):
+            # A concrete bad eps is refused where the Normalization is built (and by replace).
+            raises(ValueError, EPS_MESSAGE, Normalization, eps=make(bad))
+            raises(ValueError, EPS_MESSAGE, presets.VERL.replace, eps=make(bad))
+
+        probe(f"c3_eps_built_{_bad}_{_kind}")(_p)
+
 for _label, _fn in EPS_CASES:
     for _bad in (-1e-6, NAN, INF):
         for _kind in ("python", "jax"):
 
             def _p(fn=_fn, bad=_bad, make=KINDS[_kind]):
-                raises(ValueError, r"`eps` must be >= 0 and finite", fn, eps=make(bad))
+                # A Normalization that skipped the constructor is checked by the estimator itself...
+                raises(ValueError, EPS_MESSAGE, fn, normalization=unchecked_normalization(make(bad)))
+                # ... and the removed loose keyword is refused by name, pointing at normalization=.
+                raises(TypeError, r"unexpected keyword argument 'eps'.*normalization=credax\.Normalization",
+                       fn, eps=make(bad))
 
             probe(f"c3_eps_{_label}_{_bad}_{_kind}")(_p)
 
@@ -1086,8 +1113,6 @@ OTHER_HYPER = [
                                                                        M22, IDS2, **kw)),
     ("gamma_hgpo", "gamma", 2.0, lambda **kw: credax.hgpo_advantages(R2, Z22, np.zeros((2, 2), int),
                                                                      M22, IDS2, **kw)),
-    ("whiten_eps", "whiten_eps", -1.0, lambda **kw: credax.triage_advantages(
-        R2, np.zeros((2, 2), np.int32), M22, whiten=True, **kw)),
     ("lam_triage", "lam", NAN, lambda **kw: credax.triage_advantages(R2, np.zeros((2, 2), np.int32), M22,
                                                                      **kw)),
     ("lam_process", "lam", INF, lambda **kw: credax.scalar_process_advantages(R2, Z22, M22, **kw)),
@@ -1111,10 +1136,27 @@ for _label, _arg, _bad, _fn in OTHER_HYPER:
         probe(f"c3_{_label}_{_kind}")(_p)
 
 
+def _triage_whiten(**kw):
+    return credax.triage_advantages(R2, np.zeros((2, 2), np.int32), M22, whiten=True, **kw)
+
+
+for _kind in ("numpy", "jax"):
+
+    def _p(make=KINDS[_kind]):
+        # TRIAGE's whitening eps is the eps of its `normalization=` (whiten_eps was removed): a bad
+        # one is refused when built, or by triage_advantages when it skipped the constructor.
+        raises(ValueError, "`eps`", Normalization, ddof=0, eps=make(-1.0))
+        raises(ValueError, "`eps`", _triage_whiten, normalization=unchecked_normalization(make(-1.0), ddof=0))
+        raises(TypeError, r"unexpected keyword argument 'whiten_eps'.*normalization=credax\.Normalization",
+               _triage_whiten, whiten_eps=make(-1.0))
+
+    probe(f"c3_whiten_eps_{_kind}")(_p)
+
+
 @probe("c3_traced_values_are_not_checked")
 def _():
     # A traced schedule cannot be checked: it is used as given (documented), no error.
-    out = jax.jit(lambda e: credax.grpo_advantages(R2, IDS2, eps=e))(0.5)
+    out = jax.jit(lambda e: credax.grpo_advantages(R2, IDS2, normalization=Normalization(eps=e)))(0.5)
     # [1, 0]: μ = 0.5, unbiased σ = 2**-0.5, so A = ±0.5 / (σ + 0.5)
     np.testing.assert_allclose(out, [0.5 / (2 ** -0.5 + 0.5), -0.5 / (2 ** -0.5 + 0.5)], rtol=1e-6)
 
@@ -1163,7 +1205,8 @@ BIG = [2 ** 40, 2 ** 40, 5, 5]  # two prompts whose ids do not fit in int32
 
 @probe("c7_list_of_64bit_ids")
 def _():
-    adv = credax.grpo_advantages(np.array([1.0, 0.0, 1.0, 0.0], np.float32), BIG, eps=0.0)
+    adv = credax.grpo_advantages(np.array([1.0, 0.0, 1.0, 0.0], np.float32), BIG,
+                                 normalization=Normalization(eps=0.0))
     np.testing.assert_allclose(adv, [0.70710677, -0.70710677, 0.70710677, -0.70710677], rtol=1e-6)
     t = credax.tcpo_advantages(np.zeros((4, 2), np.float32), np.ones((4, 2), bool), BIG)
     assert t.advantages.shape == (4, 2)
@@ -1178,7 +1221,7 @@ def _():
     # each step is its own anchor group (step advantage 0) and only the episode part remains.
     anchors = [[2 ** 40], [2 ** 40 + 2 ** 32]]
     out = credax.gigpo_advantages(R2, np.array([[1.0], [0.0]], np.float32), anchors, np.ones((2, 1), bool),
-                                  IDS2, eps=0.0)
+                                  IDS2, normalization=Normalization(eps=0.0))
     np.testing.assert_allclose(out, [[0.70710677], [-0.70710677]], rtol=1e-6)
     out = credax.hgpo_advantages(R2, np.array([[1.0], [0.0]], np.float32), anchors, np.ones((2, 1), bool),
                                  IDS2)

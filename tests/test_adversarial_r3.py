@@ -4,9 +4,10 @@ Each probe asserts a named error (the message names the argument or field) or a 
 worked by hand in the comment next to it or compared with an independent NumPy computation. The
 probes are grouped in classes; ``CLASSES`` counts them (``test_probe_count``):
 
-* ``norm``: :class:`credax.Normalization` built or rebuilt through pytree operations, the cache of
-  resolved options, non-numeric ``eps``, copy / deepcopy / pickle of the presets, and the
-  ``**preset`` keyword forms of every normalising estimator;
+* ``norm``: :class:`credax.Normalization` built or rebuilt through pytree operations (a rebuilt
+  value is checked on every call), non-numeric ``eps``, copy / deepcopy / pickle of the presets,
+  and the removed ``**preset`` / loose-keyword forms of every normalising estimator (a
+  ``TypeError`` naming the keyword and ``normalization=``);
 * ``files``: ``write_rollouts`` never destroys a file nor leaves a partial one, writes only what
   ``read_rollouts`` accepts; every reader failure names file and line;
 * ``f32``: values finite in float64 that overflow float32 when batched; shrinkage at large and
@@ -87,7 +88,7 @@ W2 = np.array([1.0, 0.5], np.float32)
 
 
 # ============================================================================================
-# Class norm: Normalization through pytree operations, the cache, eps, copies, **preset.
+# Class norm: Normalization through pytree operations, re-checks, eps, copies, **preset refused.
 # ============================================================================================
 
 NORM_PRESETS = {name: getattr(presets, name) for name in presets.__all__
@@ -115,7 +116,7 @@ BAD_EPS = {
 
 def _estimators(norm):
     """Every estimator that takes ``normalization=``, called on a small batch (HGPO: estimators
-    engineer; GiGPO's keywords: see the note at the ``**preset`` probes)."""
+    engineer; GiGPO: see the note at the ``**preset`` probes)."""
     return {
         "grpo": lambda: credax.grpo_advantages(R4, IDS4, normalization=norm),
         "group_normalize": lambda: credax.group_normalize(R4, IDS4, normalization=norm),
@@ -183,10 +184,11 @@ for _label, (_value, _exc, _match) in BAD_STATIC.items():
     probe("norm", f"unflatten_static_{_label}")(_p)
 
 
-@probe("norm", "cache_never_lets_a_bad_value_through")
+@probe("norm", "rebuilt_bad_eps_refused_on_every_call")
 def _():
-    # A good call fills the cache of resolved options; a rebuilt object whose eps is bad must
-    # still be checked (its key differs), on the first call and on every later one.
+    # A good call compiles the program; a rebuilt (unchecked) object whose eps is bad must still
+    # be checked on the host, on the first call and on every later one, and a good call after it
+    # is unaffected.
     good = credax.grpo_advantages(R4, IDS4, normalization=presets.VERL)
     np.testing.assert_allclose(good, GRPO4, rtol=1e-6)
     bad = jax.tree_util.tree_map(lambda e: -e, presets.VERL)
@@ -197,21 +199,27 @@ def _():
                                GRPO4, rtol=1e-6)
 
 
-@probe("norm", "cache_keyword_override_of_bad_object")
+@probe("norm", "replace_repairs_bad_object_keywords_refused")
 def _():
-    # A bad object plus a keyword that repairs the bad field: the keyword overrides it (the
-    # object itself is not used), the result is the repaired normalisation.
+    # A bad (rebuilt) object repaired by .replace of the bad field: replace rebuilds through the
+    # constructor, the result is the repaired normalisation.
     bad = jax.tree_util.tree_map(lambda e: -1.0, presets.VERL)
-    out = credax.grpo_advantages(R4, IDS4, normalization=bad, eps=1e-6)
+    out = credax.grpo_advantages(R4, IDS4, normalization=bad.replace(eps=1e-6))
     np.testing.assert_allclose(out, GRPO4, rtol=1e-6)
-    # ... and a keyword that does not repair it still raises.
-    raises(ValueError, "`eps` must be >= 0", credax.grpo_advantages, R4, IDS4,
-           normalization=bad, ddof=1)
+    # ... a replace that does not repair it raises (every field is checked again) ...
+    raises(ValueError, "`eps` must be >= 0", bad.replace, ddof=1)
+    raises(ValueError, "`eps` must be >= 0", credax.grpo_advantages, R4, IDS4, normalization=bad)
+    # ... and a loose keyword no longer overrides a field: it is refused by name, bad object or not.
+    for norm in (bad, presets.VERL):
+        raises(TypeError, r"unexpected keyword argument 'ddof'.*normalization=credax\.Normalization",
+               credax.grpo_advantages, R4, IDS4, normalization=norm, ddof=1)
+        raises(TypeError, r"unexpected keyword argument 'eps'.*normalization=credax\.Normalization",
+               credax.grpo_advantages, R4, IDS4, normalization=norm, eps=1e-6)
 
 
-@probe("norm", "cache_bad_object_not_cached_as_good")
+@probe("norm", "unflatten_bad_scale_refused_on_every_call")
 def _():
-    # A bad scale through unflatten is refused on every call: the refusal is not cached away.
+    # A bad scale through unflatten is refused on every call (an unchecked value is checked on use).
     aux = ("group" if k == "scale" else getattr(presets.TRL, k) for k in _STATIC_KEYS)
     bad = Normalization.tree_unflatten(tuple("x" if a == "group" else a for a in aux), [1e-4])
     for _ in range(2):
@@ -224,12 +232,13 @@ def _():
     # A traced eps cannot be checked before tracing. A negative or NaN one used to give 0 for
     # every row (den <= 0 was taken as a zero spread): garbage. Documented now: NaN at every
     # valid entry of a scaled normalisation; a valid traced eps is used as given.
-    f = jax.jit(lambda e: credax.grpo_advantages(R4, IDS4, eps=e))
+    f = jax.jit(lambda e: credax.grpo_advantages(R4, IDS4, normalization=Normalization(eps=e)))
     assert np.isnan(np.asarray(f(jnp.float32(-1.0)))).all()
     assert np.isnan(np.asarray(f(jnp.float32(NAN)))).all()
     np.testing.assert_allclose(f(jnp.float32(1e-6)), GRPO4, rtol=1e-6)
     # scale="none" never reads eps: a bad traced one changes nothing there.
-    g = jax.jit(lambda e: credax.grpo_advantages(R4, IDS4, scale="none", eps=e))
+    g = jax.jit(lambda e: credax.grpo_advantages(R4, IDS4,
+                                                 normalization=Normalization(scale="none", eps=e)))
     np.testing.assert_allclose(g(jnp.float32(-1.0)), [0.5, -0.5, 0.0, 0.0])
 
 
@@ -249,7 +258,8 @@ for _name, _preset in NORM_PRESETS.items():
             # Before: AttributeError "Normalization is immutable" from __setattr__.
             other = fn(preset)
             assert type(other) is Normalization
-            assert dict(other) == dict(preset) and other == preset
+            assert other.asdict() == preset.asdict()
+            assert other == preset  # value equality, as the preset's copies had
             np.testing.assert_array_equal(credax.grpo_advantages(R4, IDS4, normalization=other),
                                           credax.grpo_advantages(R4, IDS4, normalization=preset))
             with pytest.raises(AttributeError, match="immutable"):
@@ -281,7 +291,8 @@ def _():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         other = pickle.loads(pickle.dumps(legacy))
-    assert other.center is False and other == legacy
+    assert other.center is False and other.asdict() == legacy.asdict()
+    assert other == legacy
 
 
 @probe("norm", "pickle_traced_like_eps_array")
@@ -292,8 +303,11 @@ def _():
     assert float(other.eps) == 1e-4 and other.eps is not n.eps
 
 
-# **preset forms: every estimator that normalises within groups takes the preset as keywords
-# and gives what normalization=preset gives (presets module docstring).
+# **preset forms, removed: a Normalization is not a mapping, so `**preset` and `dict(preset)` are
+# TypeErrors, and its fields as loose keywords (`**preset.asdict()`) are refused by name pointing at
+# normalization= (presets module docstring). The fields rebuild the preset: the same numbers.
+_NORMALIZE_KEYS = "center|scale|ddof|eps|eps_mode|singleton|leave_one_out"
+_LOOSE = rf"unexpected keyword argument '({_NORMALIZE_KEYS})'.*normalization=credax\.Normalization"
 _STAR_CALLS = {
     "grpo": lambda kw: credax.grpo_advantages(R4, IDS4, **kw),
     "group_normalize": lambda kw: credax.group_normalize(R4, IDS4, **kw),
@@ -305,22 +319,30 @@ for _fname, _call in _STAR_CALLS.items():
     for _pname, _preset in NORM_PRESETS.items():
 
         def _p(call=_call, preset=_preset):
-            got = call(dict(preset))
+            with pytest.raises(TypeError):
+                dict(preset)
+            with pytest.raises(TypeError, match="mapping"):
+                call({**preset})  # the ** form itself
+            raises(TypeError, _LOOSE, call, preset.asdict())
             want = call({"normalization": preset})
-            np.testing.assert_array_equal(got, want)
-            np.testing.assert_array_equal(call({**preset}), want)  # the ** form itself
+            rebuilt = call({"normalization": Normalization(**preset.asdict())})
+            np.testing.assert_array_equal(rebuilt, want)
 
         probe("norm", f"star_{_fname}_{_pname}")(_p)
 
 for _pname, _preset in NORM_PRESETS.items():
 
-    # gigpo_advantages takes `normalization=` (and its own `scale`/`eps`), not the loose keywords:
-    # the documented behaviour (presets docstring) is a TypeError for `**preset` there and the
-    # preset's numbers through `normalization=preset`.
+    # gigpo_advantages takes `normalization=` only (its `scale`/`eps` keywords were removed too):
+    # the documented behaviour (presets docstring) is a TypeError for `**preset` and for its
+    # fields as keywords, and the preset's numbers through `normalization=preset`.
     def _p(preset=_preset):
         args = (R4[:2], S22[:2], np.array([[1, 2], [1, 3]]), TM22[:2], IDS4[:2])
-        with pytest.raises(TypeError, match="center|ddof|eps_mode|singleton|leave_one_out"):
+        with pytest.raises(TypeError, match="mapping"):
             credax.gigpo_advantages(*args, **preset)
+        raises(TypeError, _LOOSE, credax.gigpo_advantages, *args, **preset.asdict())
+        for key in ("scale", "eps"):  # gigpo's own former keywords
+            raises(TypeError, rf"unexpected keyword argument '{key}'.*normalization=",
+                   credax.gigpo_advantages, *args, **{key: getattr(preset, key)})
         out = np.asarray(credax.gigpo_advantages(*args, normalization=preset))
         assert out.shape == (2, 2) and np.all(np.isfinite(out))
 

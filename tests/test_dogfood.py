@@ -167,7 +167,7 @@ def test_invariant(name, adapter, check):
 def test_group_normalize_on_outcomes_with_verl_singletons():
     # verl keeps a singleton's raw score: centred sets of two or more still average to zero, so
     # min_size=2 (the default) is the right check, and the raw singletons stay masked correctly.
-    fn = lambda r, g, m: credax.group_normalize(r, g, m, **credax.presets.VERL)  # noqa: E731
+    fn = lambda r, g, m: credax.group_normalize(r, g, m, normalization=credax.presets.VERL)  # noqa: E731
     ct.check_group_zero_mean(fn, adapter=_outcome, shapes=SHAPES, max_examples=EXAMPLES)
     ct.check_masked_zero(fn, adapter=_outcome, shapes=SHAPES, max_examples=EXAMPLES)
 
@@ -175,7 +175,7 @@ def test_group_normalize_on_outcomes_with_verl_singletons():
 def test_batch_scale_is_not_group_isolated():
     # TRL's scale_rewards="batch" divides by the batch std: by design a group's output depends on
     # the other groups, and the checker says so.
-    fn = lambda r, g, m: credax.group_normalize(r, g, m, **credax.presets.TRL_BATCH)  # noqa: E731
+    fn = lambda r, g, m: credax.group_normalize(r, g, m, normalization=credax.presets.TRL_BATCH)  # noqa: E731
     with pytest.raises(AssertionError, match="^group isolation violated"):
         ct.check_group_isolation(fn, adapter=_outcome, shapes=SHAPES, max_examples=40,
                                  shrink=False)

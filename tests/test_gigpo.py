@@ -49,6 +49,9 @@ def _call(batch, dtype=jnp.float32, **kw):
                                    anchors, mask, ids, **kw)
 
 
+NO_EPS = credax.Normalization(eps=0.0)
+
+
 # ------------------------------------------------------------------------------------------
 # Golden cases.
 # ------------------------------------------------------------------------------------------
@@ -64,11 +67,12 @@ GOLDEN = dict(
 )
 
 
-def _golden(**kw):
+def _golden(scale="group", **kw):
     g = GOLDEN
     return np.asarray(credax.gigpo_advantages(
         jnp.array(g["outcome"]), jnp.array(g["steps"]), jnp.array(g["anchors"], jnp.int32),
-        jnp.array(g["mask"]), jnp.array([4, 4, 4]), gamma=0.5, eps=0.0, **kw))
+        jnp.array(g["mask"]), jnp.array([4, 4, 4]), gamma=0.5,
+        normalization=credax.Normalization(eps=0.0, scale=scale), **kw))
 
 
 def test_golden_scaled():
@@ -119,11 +123,11 @@ def test_zero_spread_anchor_and_prompt_isolation():
     steps = jnp.array([[0.35], [0.35], [7.0]])
     anchors = jnp.array([[5], [5], [5]], jnp.int32)
     args = (outcome, steps, anchors, jnp.ones((3, 1), bool), jnp.array([0, 0, 1]))
-    out = np.asarray(credax.gigpo_advantages(*args, eps=0.0))
+    out = np.asarray(credax.gigpo_advantages(*args, normalization=NO_EPS))
     np.testing.assert_allclose(out, [[1 / math.sqrt(2)], [-1 / math.sqrt(2)], [0]], rtol=1e-6)
     assert out[2, 0] == 0.0
     # The step part is exactly 0 (not a float residue amplified by 1 / eps).
-    np.testing.assert_array_equal(out, np.asarray(credax.gigpo_advantages(*args, eps=0.0,
+    np.testing.assert_array_equal(out, np.asarray(credax.gigpo_advantages(*args, normalization=NO_EPS,
                                                                           omega=0.0)))
 
 
@@ -137,7 +141,8 @@ def test_zero_spread_anchor_and_prompt_isolation():
 def test_matches_reference(batch, gamma, omega, scale):
     outcome, steps, anchors, mask, ids = batch
     with jax.enable_x64(True):
-        out = _call(batch, jnp.float64, gamma=gamma, omega=omega, scale=scale)
+        out = _call(batch, jnp.float64, gamma=gamma, omega=omega,
+                    normalization=credax.Normalization(scale=scale))
         assert out.dtype == jnp.float64
     expected = ref.gigpo_advantages(outcome, steps, anchors, mask, ids, gamma=gamma, omega=omega,
                                     scale=scale)
@@ -207,7 +212,7 @@ def test_appending_padding_changes_nothing():
     anchors = jnp.pad(jnp.array(g["anchors"], jnp.int32), ((0, 1), (0, 2)), constant_values=1)
     mask = jnp.pad(jnp.array(g["mask"]), ((0, 1), (0, 2)), constant_values=False)
     out = np.asarray(credax.gigpo_advantages(outcome, steps, anchors, mask, jnp.array([4, 4, 4, 4]),
-                                             gamma=0.5, eps=0.0))
+                                             gamma=0.5, normalization=NO_EPS))
     np.testing.assert_allclose(out[:3, :3], base, rtol=1e-6, atol=1e-7)
     assert np.all(out[3] == 0) and np.all(out[:, 3:] == 0)
 
@@ -229,7 +234,15 @@ def test_trace_time_checks():
     with pytest.raises(TypeError, match="`turn_mask` must be a boolean"):
         credax.gigpo_advantages(o, s, a, m.astype(jnp.int32), ids)
     with pytest.raises(ValueError, match="`scale` must be one of"):
-        credax.gigpo_advantages(o, s, a, m, ids, scale="prompt")
+        credax.gigpo_advantages(o, s, a, m, ids, normalization=credax.Normalization(scale="prompt"))
+    # scale and eps are no longer keywords: one `normalization=` value carries them
+    for key, value in (("scale", "none"), ("eps", 0.0)):
+        with pytest.raises(TypeError, match=rf"'{key}'(.|\n)*normalization=credax\.Normalization"):
+            credax.gigpo_advantages(o, s, a, m, ids, **{key: value})
+    with pytest.raises(TypeError):  # a preset is not a mapping
+        credax.gigpo_advantages(o, s, a, m, ids, **credax.presets.TRL)
+    with pytest.raises(TypeError, match="normalization"):
+        credax.gigpo_advantages(o, s, a, m, ids, normalization=credax.presets.TRL.asdict())
     with pytest.raises(ValueError, match="group_ids"):
         credax.gigpo_advantages(o, s, a, m, jnp.zeros(3, jnp.int32))
 
@@ -238,7 +251,8 @@ def test_dtypes():
     g = GOLDEN
     args = (jnp.array(g["anchors"], jnp.int32), jnp.array(g["mask"]), jnp.array([4, 4, 4]))
     bf = credax.gigpo_advantages(jnp.array(g["outcome"], jnp.bfloat16),
-                                 jnp.array(g["steps"], jnp.bfloat16), *args, gamma=0.5, eps=0.0)
+                                 jnp.array(g["steps"], jnp.bfloat16), *args, gamma=0.5,
+                                 normalization=NO_EPS)
     assert bf.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(bf, np.float32), _golden(), rtol=2e-2, atol=2e-2)
     ints = credax.gigpo_advantages(jnp.array([1, 0, 0]), jnp.zeros((3, 3), jnp.int32), *args)
@@ -252,7 +266,8 @@ def test_jit_with_traced_hyperparameters_equals_eager():
 
     @jax.jit
     def f(gamma, omega, eps):
-        return credax.gigpo_advantages(*args, gamma=gamma, omega=omega, eps=eps)
+        return credax.gigpo_advantages(*args, gamma=gamma, omega=omega,
+                                       normalization=credax.Normalization(eps=eps))
 
     np.testing.assert_allclose(np.asarray(f(0.5, 1.0, 0.0)), _golden(), rtol=1e-6, atol=1e-7)
 
@@ -309,5 +324,6 @@ def test_compiles_once(traced_once):
                  jnp.asarray(rng.random(size=(batch, num_turns)), jnp.float32),
                  jnp.asarray(rng.integers(0, 4, size=(batch, num_turns)), jnp.int32), mask,
                  jnp.asarray(rng.integers(-5, 5, size=batch), jnp.int32),
-                 gamma=0.9 + 0.01 * i, omega=0.5 * i, eps=1e-6 * i)
+                 gamma=0.9 + 0.01 * i, omega=0.5 * i,
+                 normalization=credax.Normalization(eps=1e-6 * i))
         jax.block_until_ready(out)

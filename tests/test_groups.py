@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import credax
-from credax import presets
+from credax import Normalization, presets
 from tests.reference import groups as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
@@ -111,8 +111,8 @@ COVER = _pairwise_cover(ALL_OPTIONS)
 # Option sets the property tests draw from (each compiles once per shape).
 PROP_OPTIONS = [
     {},
-    dict(presets.VERL),
-    dict(presets.TRL_BATCH),
+    presets.VERL.asdict(),
+    presets.TRL_BATCH.asdict(),
     dict(scale="none", leave_one_out=True),
     dict(eps_mode="sqrt", ddof=0, singleton="center"),
     dict(center=False),
@@ -132,7 +132,8 @@ def test_group_normalize_matches_reference_every_option(options):
     x, ids, mask = random_case(rng, (15, 3))
     eps = float(rng.choice([0.0, 1e-6, 1e-2]))
     with jax.disable_jit():
-        got = np.asarray(credax.group_normalize(x, ids, mask, eps=eps, **options))
+        norm = Normalization(eps=eps, **options)
+        got = np.asarray(credax.group_normalize(x, ids, mask, normalization=norm))
     assert_close(got, ref.group_normalize(x, ids, mask, eps=eps, **options))
     assert np.all(got[~mask] == 0.0)
     if options["center"]:
@@ -147,7 +148,7 @@ def test_group_normalize_matches_reference_every_option(options):
 
 @jax.jit
 def _cover(x, g, mask):
-    return [credax.group_normalize(x, g, mask, eps=1e-3, **o) for o in COVER]
+    return [credax.group_normalize(x, g, mask, normalization=Normalization(eps=1e-3, **o)) for o in COVER]
 
 
 def test_group_normalize_matches_reference_jit():
@@ -162,7 +163,7 @@ def test_group_normalize_matches_reference_jit():
                          err_msg=str(options))
     # and through the public wrapper (raw ids, its own jit) for two of them
     for options in COVER[:2]:
-        got = credax.group_normalize(x, ids, mask, eps=1e-3, **options)
+        got = credax.group_normalize(x, ids, mask, normalization=Normalization(eps=1e-3, **options))
         assert_close(got, ref.group_normalize(x, ids, mask, eps=1e-3, **options))
 
 
@@ -216,7 +217,7 @@ def test_golden_pair_constant_pair_singleton():
     # ids -1: {.35, .35}: zero spread -> exactly 0.   id 42: singleton -> 0 (default).
     x = jnp.array([1.0, 0.0, 0.35, 0.35, 5.0])
     ids = jnp.array([3, 3, -1, -1, 42])
-    out = credax.group_normalize(x, ids, eps=0.0)
+    out = credax.group_normalize(x, ids, normalization=Normalization(eps=0.0))
     assert_close(out, [0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5), 0.0, 0.0, 0.0], atol=1e-6)
     assert np.all(np.asarray(out[2:]) == 0.0)
     # With eps = 1e-6 on the std: ±.5 / (.70711 + 1e-6).
@@ -229,7 +230,7 @@ def test_golden_per_group_and_turn():
     # Column 1: {2, 2} (row 2 masked, holding NaN): zero spread -> 0, 0; the masked entry -> 0.
     x = jnp.array([[1.0, 2.0], [3.0, 2.0], [5.0, jnp.nan]])
     mask = jnp.array([[True, True], [True, True], [True, False]])
-    out = credax.group_normalize(x, jnp.array([4, 4, 4]), mask, eps=0.0)
+    out = credax.group_normalize(x, jnp.array([4, 4, 4]), mask, normalization=Normalization(eps=0.0))
     np.testing.assert_allclose(out, [[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0]], atol=1e-6)
     assert np.asarray(out)[:, 1].tolist() == [0.0, 0.0, 0.0]
     # group_count per (group, turn): column 0 has 3 peers, column 1 has 2; masked 0.
@@ -242,26 +243,33 @@ def test_golden_options():
     ids = jnp.array([1, 1])
     # μ = 1, unbiased σ² = (1 + 1) / 1 = 2.
     # eps_mode="sqrt", eps=1: ±1 / sqrt(2 + 1) = ±.57735.
-    assert_close(credax.group_normalize(two, ids, eps=1.0, eps_mode="sqrt"),
+    assert_close(credax.group_normalize(two, ids, normalization=Normalization(eps=1.0, eps_mode="sqrt")),
                  [-1 / math.sqrt(3), 1 / math.sqrt(3)], atol=1e-6)
     # ddof=0: σ² = 2/2 = 1 -> ±1 / (1 + .5) with eps=.5.
-    assert_close(credax.group_normalize(two, ids, ddof=0, eps=0.5), [-2 / 3, 2 / 3], atol=1e-6)
+    assert_close(credax.group_normalize(two, ids, normalization=Normalization(ddof=0, eps=0.5)),
+                 [-2 / 3, 2 / 3], atol=1e-6)
     # scale="none" (Dr. GRPO): x - μ = ∓1.
-    assert_close(credax.group_normalize(two, ids, scale="none"), [-1.0, 1.0], atol=0)
+    assert_close(credax.group_normalize(two, ids, normalization=Normalization(scale="none")),
+                 [-1.0, 1.0], atol=0)
     # center=False, scale="none": unchanged.
-    assert_close(credax.group_normalize(two, ids, center=False, scale="none"), [0.0, 2.0], atol=0)
+    assert_close(credax.group_normalize(two, ids,
+                                        normalization=Normalization(center=False, scale="none")),
+                 [0.0, 2.0], atol=0)
     # center=False: x / σ = [0, 2 / sqrt(2)].
-    assert_close(credax.group_normalize(two, ids, center=False, eps=0.0),
+    assert_close(credax.group_normalize(two, ids, normalization=Normalization(center=False, eps=0.0)),
                  [0.0, math.sqrt(2)], atol=1e-6)
     # center=False on a zero-spread set keeps x (never divided by eps).
-    assert_close(credax.group_normalize(jnp.array([0.35, 0.35]), ids, center=False),
+    assert_close(credax.group_normalize(jnp.array([0.35, 0.35]), ids,
+                                        normalization=Normalization(center=False)),
                  [0.35, 0.35], rtol=1e-7)
     # leave_one_out on {1, 0, .5}: 1 - .25 = .75, 0 - .75 = -.75, .5 - .5 = 0; σ = .5 -> ×2.
     three = jnp.array([1.0, 0.0, 0.5])
     ids3 = jnp.array([8, 8, 8])
-    assert_close(credax.group_normalize(three, ids3, scale="none", leave_one_out=True),
+    assert_close(credax.group_normalize(
+                     three, ids3, normalization=Normalization(scale="none", leave_one_out=True)),
                  [0.75, -0.75, 0.0], atol=1e-7)
-    assert_close(credax.group_normalize(three, ids3, leave_one_out=True, eps=0.0),
+    assert_close(credax.group_normalize(
+                     three, ids3, normalization=Normalization(leave_one_out=True, eps=0.0)),
                  [1.5, -1.5, 0.0], atol=1e-6)
 
 
@@ -272,7 +280,7 @@ def test_golden_batch_scale():
     x = jnp.array([0.0, 1.0, 2.0, 4.0])
     ids = jnp.array([0, 0, 1, 1])
     sigma = math.sqrt(8.75 / 3)
-    assert_close(credax.group_normalize(x, ids, scale="batch", eps=0.0),
+    assert_close(credax.group_normalize(x, ids, normalization=Normalization(scale="batch", eps=0.0)),
                  [-0.5 / sigma, 0.5 / sigma, -1 / sigma, 1 / sigma], atol=1e-6)
 
 
@@ -280,19 +288,23 @@ def test_golden_singletons():
     x = jnp.array([5.0, 1.0, 3.0])
     ids = jnp.array([9, 2, 2])
     # id 9 alone: "zero" -> 0, "raw" -> 5, "center" -> 5 - 5 = 0.
-    assert float(credax.group_normalize(x, ids, singleton="zero")[0]) == 0.0
-    assert float(credax.group_normalize(x, ids, singleton="raw")[0]) == 5.0
-    assert float(credax.group_normalize(x, ids, singleton="center")[0]) == 0.0
+    assert float(credax.group_normalize(x, ids, normalization=Normalization(singleton="zero"))[0]) == 0.0
+    assert float(credax.group_normalize(x, ids, normalization=Normalization(singleton="raw"))[0]) == 5.0
+    assert float(credax.group_normalize(x, ids, normalization=Normalization(singleton="center"))[0]) == 0.0
     # ddof=2 makes the pair {1, 3} a singleton set too (n - ddof = 0):
     # raw -> [1, 3]; center -> x - μ = [-1, 1]; center + leave-one-out -> [1 - 3, 3 - 1].
-    np.testing.assert_array_equal(credax.group_normalize(x, ids, ddof=2, singleton="raw"),
+    np.testing.assert_array_equal(
+        credax.group_normalize(x, ids, normalization=Normalization(ddof=2, singleton="raw")),
                                   [5.0, 1.0, 3.0])
-    np.testing.assert_array_equal(credax.group_normalize(x, ids, ddof=2, singleton="center"),
+    np.testing.assert_array_equal(
+        credax.group_normalize(x, ids, normalization=Normalization(ddof=2, singleton="center")),
                                   [0.0, -1.0, 1.0])
     np.testing.assert_array_equal(
-        credax.group_normalize(x, ids, ddof=2, singleton="center", leave_one_out=True),
+        credax.group_normalize(
+            x, ids, normalization=Normalization(ddof=2, singleton="center", leave_one_out=True)),
         [0.0, -2.0, 2.0])
-    np.testing.assert_array_equal(credax.group_normalize(x, ids, ddof=2), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(
+        credax.group_normalize(x, ids, normalization=Normalization(ddof=2)), [0.0, 0.0, 0.0])
 
 
 def test_golden_mean_count_peer_mean():
@@ -321,7 +333,8 @@ def test_golden_mean_count_peer_mean():
 
 @jax.jit
 def _with_eps(x, g, mask, eps):
-    return [credax.group_normalize(x, g, mask, **dict(o, eps=eps)) for o in PROP_OPTIONS]
+    return [credax.group_normalize(x, g, mask, normalization=Normalization(**dict(o, eps=eps)))
+            for o in PROP_OPTIONS]
 
 
 @given(
@@ -383,7 +396,7 @@ NOT_BATCH = [i for i, o in enumerate(PROP_OPTIONS) if o.get("scale") != "batch"]
 
 @jax.jit
 def _everything(x, g, mask):
-    outs = [credax.group_normalize(x, g, mask, **o) for o in PROP_OPTIONS]
+    outs = [credax.group_normalize(x, g, mask, normalization=Normalization(**o)) for o in PROP_OPTIONS]
     pm = credax.peer_mean(x, g, mask)
     return outs + [credax.group_mean(x, g, mask), credax.group_count(g, mask), pm.mean, pm.count]
 
@@ -397,7 +410,8 @@ def call_all(x, ids, mask):
 @jax.jit
 def _grads(x, g, mask, w):
     """d/dx sum(w * f(x)) for every option set, and for group_mean and peer_mean."""
-    fns = [functools.partial(credax.group_normalize, **o) for o in PROP_OPTIONS]
+    fns = [functools.partial(credax.group_normalize, normalization=Normalization(**o))
+           for o in PROP_OPTIONS]
     fns += [credax.group_mean, lambda *a: credax.peer_mean(*a).mean]
     return [jax.grad(lambda v, f=f: jnp.sum(w * f(v, g, mask)))(x) for f in fns]
 
@@ -514,8 +528,8 @@ def test_affine_invariance(case, a, b):
 
 AFFINE_OPTIONS = [
     dict(eps=0.0),
-    dict(presets.VERL, eps=0.0),
-    dict(presets.TRL_BATCH, eps=0.0),
+    dict(presets.VERL.asdict(), eps=0.0),
+    dict(presets.TRL_BATCH.asdict(), eps=0.0),
     dict(leave_one_out=True, eps=0.0),
     dict(eps_mode="sqrt", ddof=0, eps=0.0),
     dict(scale="none"),
@@ -525,7 +539,7 @@ AFFINE_OPTIONS = [
 
 @jax.jit
 def _affine(x, g, mask):
-    return [credax.group_normalize(x, g, mask, **o) for o in AFFINE_OPTIONS]
+    return [credax.group_normalize(x, g, mask, normalization=Normalization(**o)) for o in AFFINE_OPTIONS]
 
 
 @given(case=cases(), which=st.integers(0, len(PROP_OPTIONS) + 2))
@@ -534,7 +548,7 @@ def test_jit_equals_eager(case, which):
     jitted = call_all(x, ids, mask)
     with jax.disable_jit():
         if which < len(PROP_OPTIONS):
-            eager = [credax.group_normalize(x, ids, mask, **PROP_OPTIONS[which])]
+            eager = [credax.group_normalize(x, ids, mask, normalization=Normalization(**PROP_OPTIONS[which]))]
             jitted = jitted[which:which + 1]
         elif which == len(PROP_OPTIONS):
             eager = [credax.group_mean(x, ids, mask), credax.group_count(ids, mask)]
@@ -554,9 +568,11 @@ def _vmapped(xs, g, idss, ms):
     outs = []
     for o in VMAP_OPTIONS:
         # ids shared (a Groups, in_axes None) ...
-        outs.append(jax.vmap(lambda v, m, o=o: credax.group_normalize(v, g, m, **o))(xs, ms))
+        outs.append(jax.vmap(lambda v, m, o=o: credax.group_normalize(
+            v, g, m, normalization=Normalization(**o)))(xs, ms))
         # ... and ids batched too (raw ids: densified inside the vmapped trace).
-        outs.append(jax.vmap(lambda v, i, m, o=o: credax.group_normalize(v, i, m, **o))(
+        outs.append(jax.vmap(lambda v, i, m, o=o: credax.group_normalize(
+            v, i, m, normalization=Normalization(**o)))(
             xs, idss, ms))
     pm = jax.vmap(credax.peer_mean)(xs, idss, ms)
     return outs + [jax.vmap(credax.group_count)(idss, ms), pm.mean, pm.count]
@@ -585,7 +601,8 @@ def test_vmap_over_extra_axis_equals_loop(case, seed):
 
 @jax.jit
 def _cover_grads(x, g, mask, w, eps):
-    fns = [functools.partial(credax.group_normalize, eps=eps, **o) for o in COVER]
+    fns = [functools.partial(credax.group_normalize, normalization=Normalization(eps=eps, **o))
+           for o in COVER]
     return [jax.grad(lambda v, f=f: jnp.sum(w * f(v, g, mask)))(x) for f in fns]
 
 
@@ -605,7 +622,8 @@ def test_gradients_finite_everywhere():
 
 @jax.jit
 def _fd_grads(x, g, mask, w):
-    return [jax.grad(lambda v, o=o: jnp.sum(w * credax.group_normalize(v, g, mask, **o)))(x)
+    return [jax.grad(lambda v, o=o: jnp.sum(w * credax.group_normalize(
+                v, g, mask, normalization=Normalization(**o))))(x)
             for o in FD_OPTIONS]
 
 
@@ -815,8 +833,9 @@ def test_groups_reused_across_functions_equal_raw_ids():
     rng = np.random.default_rng(9)
     x, ids, mask = random_case(rng, (14, 3))
     g = credax.groups(ids)
-    np.testing.assert_array_equal(credax.group_normalize(x, g, mask, leave_one_out=True),
-                                  credax.group_normalize(x, ids, mask, leave_one_out=True))
+    loo = Normalization(leave_one_out=True)
+    np.testing.assert_array_equal(credax.group_normalize(x, g, mask, normalization=loo),
+                                  credax.group_normalize(x, ids, mask, normalization=loo))
     np.testing.assert_array_equal(credax.group_mean(x, g, mask), credax.group_mean(x, ids, mask))
     np.testing.assert_array_equal(credax.group_count(g, mask), credax.group_count(ids, mask))
     for a, b in zip(credax.peer_mean(x, g, mask), credax.peer_mean(x, ids, mask), strict=True):
@@ -840,11 +859,12 @@ def test_low_precision_computed_in_float32_and_cast_back(dtype):
     x, ids, mask = random_case(rng, (12, 3))
     x = np.where(mask, x, 0.0)
     xl = jnp.asarray(x, dtype)
-    options = dict(presets.TRL_BATCH)
-    out = credax.group_normalize(xl, ids, mask, **options)
+    options = presets.TRL_BATCH.asdict()
+    out = credax.group_normalize(xl, ids, mask, normalization=Normalization(**options))
     assert out.dtype == dtype
     # Same as computing in float32 from the rounded input, then casting.
-    upcast = credax.group_normalize(xl.astype(jnp.float32), ids, mask, **options)
+    upcast = credax.group_normalize(xl.astype(jnp.float32), ids, mask,
+                                    normalization=Normalization(**options))
     np.testing.assert_array_equal(np.asarray(out, np.float32),
                                   np.asarray(upcast.astype(dtype), np.float32))
     expected = ref.group_normalize(np.asarray(xl, np.float64), ids, mask, **options)
@@ -852,13 +872,15 @@ def test_low_precision_computed_in_float32_and_cast_back(dtype):
     assert credax.group_mean(xl, ids, mask).dtype == dtype
     # A constant low-precision group of a non-dyadic value is still exactly 0.
     c = jnp.full((12, 3), 0.35, dtype)
-    assert np.all(np.asarray(credax.group_normalize(c, ids, mask, **options), np.float32) == 0)
+    out = credax.group_normalize(c, ids, mask, normalization=Normalization(**options))
+    assert np.all(np.asarray(out, np.float32) == 0)
 
 
 def test_integer_and_bool_inputs_give_float32():
     ids = np.array([0, 0, 1, 1])
     assert credax.group_normalize(np.array([1, 0, 3, 3]), ids).dtype == jnp.float32
-    out = credax.group_normalize(np.array([True, False, True, True]), ids, eps=0.0)
+    out = credax.group_normalize(np.array([True, False, True, True]), ids,
+                                 normalization=Normalization(eps=0.0))
     assert out.dtype == jnp.float32
     assert_close(out, [1 / math.sqrt(2), -1 / math.sqrt(2), 0.0, 0.0], atol=1e-6)
     assert credax.group_mean(np.array([1, 2, 3, 3]), ids).dtype == jnp.float32
@@ -888,24 +910,60 @@ def test_float64_under_x64():
 
 
 @pytest.mark.parametrize(
-    "kwargs, error, match",
+    "mask, error, match",
     [
-        (dict(mask=np.ones(4, np.float32)), TypeError, "mask"),
-        (dict(mask=np.ones(3, bool)), ValueError, "mask"),
+        (np.ones(4, np.float32), TypeError, "mask"),
+        (np.ones(3, bool), ValueError, "mask"),
+    ],
+)
+def test_group_normalize_mask_errors(mask, error, match):
+    x = np.ones(4, np.float32)
+    ids = np.array([0, 0, 1, 1])
+    with pytest.raises(error, match=match):
+        credax.group_normalize(x, ids, mask)
+
+
+@pytest.mark.parametrize(
+    "fields, error, match",
+    [
         (dict(eps_mode="mul"), ValueError, "eps_mode"),
         (dict(singleton="drop"), ValueError, "singleton"),
         (dict(scale="prompt"), ValueError, "scale"),
         (dict(ddof=-1), ValueError, "ddof"),
         (dict(ddof=1.0), TypeError, "ddof"),
         (dict(eps=np.ones(2)), ValueError, "eps"),
+        (dict(eps=-1.0), ValueError, "eps"),
+        (dict(eps=math.nan), ValueError, "eps"),
+        (dict(eps=math.inf), ValueError, "eps"),
         (dict(center=1), TypeError, "center"),
     ],
 )
-def test_group_normalize_argument_errors(kwargs, error, match):
+def test_normalization_field_errors_at_construction(fields, error, match):
+    # A bad option is refused when the Normalization is built, before any estimator sees it.
+    with pytest.raises(error, match=match):
+        Normalization(**fields)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("center", True), ("scale", "none"), ("ddof", 0), ("eps", 0.0), ("eps_mode", "sqrt"),
+    ("singleton", "raw"), ("leave_one_out", True),
+])
+def test_group_normalize_refuses_loose_normalization_keywords(key, value):
+    # The options are one value: a loose keyword is a TypeError naming it and `normalization=`.
     x = np.ones(4, np.float32)
     ids = np.array([0, 0, 1, 1])
-    with pytest.raises(error, match=match):
-        credax.group_normalize(x, ids, **kwargs)
+    with pytest.raises(TypeError, match=rf"'{key}'(.|\n)*normalization=credax\.Normalization"):
+        credax.group_normalize(x, ids, **{key: value})
+
+
+@pytest.mark.parametrize("bad", [{}, presets.VERL.asdict(), "verl", 1e-6, (presets.VERL,)])
+def test_group_normalize_refuses_a_normalization_that_is_not_one(bad):
+    x = np.ones(4, np.float32)
+    ids = np.array([0, 0, 1, 1])
+    with pytest.raises(TypeError, match="normalization"):
+        credax.group_normalize(x, ids, normalization=bad)
+    with pytest.raises(TypeError):  # a preset is not a mapping
+        credax.group_normalize(x, ids, **presets.VERL)
 
 
 def test_shape_errors_name_the_argument_also_under_jit():

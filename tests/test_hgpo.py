@@ -43,7 +43,8 @@ def test_golden():
     steps = jnp.array([[0.0, 1.0], [0.0, 0.0], [0.0, 0.5]])
     anchors = jnp.array([[1, 2], [1, 2], [1, 3]])
     out = credax.hgpo_advantages(jnp.zeros(3), steps, anchors, jnp.ones((3, 2), bool),
-                                 jnp.zeros(3, int), history=1, gamma=1.0, eps=0.0)
+                                 jnp.zeros(3, int), history=1, gamma=1.0,
+                                 normalization=credax.Normalization(ddof=0, eps=0.0))
     s = 1.5 ** 0.5
     np.testing.assert_allclose(out.advantages, [[s, 1.0], [-s, -1.0], [0.0, 0.0]], atol=1e-5)
     # The third trajectory sits exactly at its turn-0 group mean (0: abstains) and is alone at turn 1.
@@ -57,11 +58,11 @@ def test_matches_reference_loop():
         outcome, steps, anchors, mask, ids = random_hgpo_batch(rng, dyadic=case % 2 == 0)
         kw = dict(history=int(rng.integers(0, 3)), gamma=float(rng.choice([0.5, 0.95])),
                   alpha=float(rng.choice([0.0, 1.0, 2.0])), episode_group=bool(case % 3 == 0),
-                  episode_pooling=["trajectory", "step"][case % 2],
-                  scale="group" if case % 4 != 1 else "none",
-                  ddof=int(case % 5 == 0))
-        got = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw)
-        adv, levels, inform = ref.hgpo(outcome, steps, anchors, mask, ids, **kw)
+                  episode_pooling=["trajectory", "step"][case % 2])
+        norm = dict(scale="group" if case % 4 != 1 else "none", ddof=int(case % 5 == 0))
+        got = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw,
+                                     normalization=credax.Normalization(**norm))
+        adv, levels, inform = ref.hgpo(outcome, steps, anchors, mask, ids, **kw, **norm)
         np.testing.assert_allclose(got.advantages, adv, atol=2e-5)
         np.testing.assert_allclose(got.levels, np.where(mask[..., None], levels, 0), atol=2e-5)
         np.testing.assert_array_equal(got.informative, inform)
@@ -75,15 +76,16 @@ def verl_agent_max_diff(cases=200, seed=1):
         outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
         base_group = case % 2 == 1
         mode = "mean_norm" if case % 3 == 2 else "mean_std_norm"
-        kw = dict(credax.presets.HGPO_VERL_AGENT, gamma=0.5, episode_group=base_group,
-                  scale="group" if mode == "mean_std_norm" else "none")
+        preset = credax.presets.HGPO_VERL_AGENT
+        norm = preset["normalization"].replace(scale="group" if mode == "mean_std_norm" else "none")
+        kw = dict(preset, gamma=0.5, episode_group=base_group, normalization=norm)
         got = np.asarray(credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw).advantages)
         g = ref.discounted_returns(steps, mask, 0.5)
         rows = [(b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if mask[b, t]]
         want = peer.verl_agent_hgpo(
             [outcome[b] for b, _ in rows], [g[b, t] for b, t in rows], [anchors[b, t] for b, t in rows],
             [ids[b] for b, _ in rows], [b for b, _ in rows], history_length=kw["history"],
-            epsilon=kw["eps"], mode=mode, length_weight_alpha=kw["alpha"], base_group=base_group)
+            epsilon=norm.eps, mode=mode, length_weight_alpha=kw["alpha"], base_group=base_group)
         worst = max(worst, float(np.max(np.abs(np.array([got[b, t] for b, t in rows]) - want))))
     return worst
 
@@ -127,8 +129,8 @@ def test_history_zero_is_gigpo_grouping_with_population_std():
     # step advantages equal GiGPO's step part (ω = 1 minus the episode part).
     rng = np.random.default_rng(3)
     outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
-    h = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=0, ddof=1, eps=1e-6,
-                               gamma=0.95)
+    h = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=0,
+                               normalization=credax.Normalization(ddof=1, eps=1e-6), gamma=0.95)
     gig = credax.gigpo_advantages(outcome, steps, anchors, mask, ids, gamma=0.95, omega=1.0)
     episode = credax.gigpo_advantages(outcome, steps, anchors, mask, ids, gamma=0.95, omega=0.0)
     step_part = np.asarray(gig) - np.asarray(episode)
@@ -148,6 +150,21 @@ def test_jit_and_errors():
         credax.hgpo_advantages(outcome, steps, anchors, mask, ids, episode_pooling="batch")
     with pytest.raises(TypeError, match="`anchor_ids`"):
         credax.hgpo_advantages(outcome, steps, anchors.astype(float), mask, ids)
+    # scale, ddof and eps are one `normalization=` value now; the loose keywords name it
+    for key, value in (("scale", "none"), ("ddof", 1), ("eps", 0.0)):
+        with pytest.raises(TypeError, match=rf"'{key}'(.|\n)*normalization=credax\.Normalization"):
+            credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **{key: value})
+    with pytest.raises(TypeError, match="normalization"):
+        credax.hgpo_advantages(outcome, steps, anchors, mask, ids, normalization={"ddof": 0})
+    # a history group of one abstains: only singleton="zero" is accepted
+    with pytest.raises(ValueError, match="singleton"):
+        credax.hgpo_advantages(outcome, steps, anchors, mask, ids,
+                               normalization=credax.Normalization(ddof=0, singleton="raw"))
+    # the default is the population std (ddof=0), eps 1e-6
+    np.testing.assert_array_equal(
+        credax.hgpo_advantages(outcome, steps, anchors, mask, ids).advantages,
+        credax.hgpo_advantages(outcome, steps, anchors, mask, ids,
+                               normalization=credax.Normalization(ddof=0, eps=1e-6)).advantages)
 
 
 def test_each_level_hashes_the_previous_group_and_one_anchor_with_the_same_groups():
@@ -155,7 +172,7 @@ def test_each_level_hashes_the_previous_group_and_one_anchor_with_the_same_group
     # back) instead of the full tuple (prompt, a_t, ..., a_{t-k+1}). That relies on the group
     # index being the lowest valid row with the same key tuple, whatever the hash: checked here
     # against a NumPy dictionary of the full tuples, for every level of random histories.
-    from credax import _groups
+    from credax import _group_ids
     from credax._hgpo import history_keys
 
     rng = np.random.default_rng(3)
@@ -169,9 +186,9 @@ def test_each_level_hashes_the_previous_group_and_one_anchor_with_the_same_group
     for level in range(1, 6):
         keys, valid = history_keys(anchors, mask, level)
         valid = valid.reshape(n)
-        nested = _groups.groups_from_keys(previous, keys[-1].reshape(n), valid=valid).index
-        full = _groups.groups_from_keys(flat_prompt, *(key.reshape(n) for key in keys),
-                                        valid=valid).index
+        nested = _group_ids.groups_from_keys(previous, keys[-1].reshape(n), valid=valid).index
+        full = _group_ids.groups_from_keys(flat_prompt, *(key.reshape(n) for key in keys),
+                                           valid=valid).index
         lowest, expected = {}, np.arange(n)
         tuples = np.stack([np.asarray(flat_prompt)] + [np.asarray(key).reshape(n) for key in keys])
         for row in range(n):
@@ -210,14 +227,16 @@ def test_large_alpha_is_finite_and_matches_the_formula(alpha):
     # the largest informative one. The float64 loop reference evaluates the formula directly.
     rng = np.random.default_rng(7)
     outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
-    kw = dict(history=2, gamma=0.5, alpha=alpha, eps=0.0)
-    out = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw)
-    want, _, _ = ref.hgpo(outcome, steps, anchors, mask, ids, **kw)
+    kw = dict(history=2, gamma=0.5, alpha=alpha)
+    out = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw,
+                                 normalization=credax.Normalization(ddof=0, eps=0.0))
+    want, _, _ = ref.hgpo(outcome, steps, anchors, mask, ids, **kw, eps=0.0)
     assert np.isfinite(np.asarray(out.advantages)).all()
     np.testing.assert_allclose(out.advantages, want, rtol=1e-5, atol=1e-6)
     # With eps > 0 and a large -α every weight falls far below eps: the formula's value is ~0.
     small = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=2, gamma=0.5,
-                                   alpha=-200.0, eps=1e-6)
+                                   alpha=-200.0,
+                                   normalization=credax.Normalization(ddof=0, eps=1e-6))
     np.testing.assert_allclose(small.advantages, 0.0, atol=1e-12)
 
 

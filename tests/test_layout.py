@@ -18,7 +18,8 @@ import pytest
 
 import credax
 from credax import _turns
-from credax._groups import _block_stats, normalize_with_groups
+from credax._group_stats import _block_stats
+from credax._grouping import normalize_with_groups
 
 ROUND = dict(rtol=2e-6, atol=1e-6)
 
@@ -53,7 +54,7 @@ def test_contiguous_groups_hand_worked():
     # group_normalize by hand, eps 0: {1, 0} -> ±1/sqrt(.5) * .5 = ±.70711; {.25, .25} -> 0;
     # {2, 4} -> ∓.70711.
     x = jnp.array([1.0, 0.0, 0.25, 0.25, 2.0, 4.0])
-    out = credax.group_normalize(x, c, eps=0.0)
+    out = credax.group_normalize(x, c, normalization=credax.Normalization(eps=0.0))
     np.testing.assert_allclose(out, [0.70710677, -0.70710677, 0, 0, -0.70710677, 0.70710677],
                                rtol=1e-6)
     assert out[2] == 0 and out[3] == 0  # a constant set is exactly zero
@@ -108,8 +109,9 @@ OPTIONS = [
 def test_group_normalize_fast_path_matches_general(options):
     ids, scores, mask = _batch(1)
     g, c = _pair(ids)
-    general = credax.group_normalize(scores, g, mask, **options)
-    fast = credax.group_normalize(scores, c, mask, **options)
+    norm = credax.Normalization(**options)
+    general = credax.group_normalize(scores, g, mask, normalization=norm)
+    fast = credax.group_normalize(scores, c, mask, normalization=norm)
     np.testing.assert_allclose(fast, general, **ROUND)
     np.testing.assert_array_equal(fast == 0, general == 0)  # exact zeros stay exact
 
@@ -126,15 +128,17 @@ def test_group_statistics_fast_path_matches_general():
     r, m = scores[:, 0], mask[:, 0]
     for fn in (credax.grpo_advantages, credax.rloo_advantages):
         np.testing.assert_allclose(fn(r, c, m), fn(r, g, m), **ROUND)
-    np.testing.assert_allclose(credax.grpo_advantages(r, c, m, **credax.presets.VERL),
-                               credax.grpo_advantages(r, g, m, **credax.presets.VERL), **ROUND)
+    verl = credax.presets.VERL
+    np.testing.assert_allclose(credax.grpo_advantages(r, c, m, normalization=verl),
+                               credax.grpo_advantages(r, g, m, normalization=verl), **ROUND)
 
 
 @pytest.mark.parametrize("seed", [3, 4, 5])
 def test_tcpo_fast_path_matches_general(seed):
     ids, scores, mask = _batch(seed, prompts=5, size=8, turns=7)
     g, c = _pair(ids)
-    for opts in ({}, dict(ddof=0, eps_mode="sqrt", eps=1e-6, singleton="raw", gamma=0.9)):
+    norm = credax.Normalization(ddof=0, eps_mode="sqrt", eps=1e-6, singleton="raw")
+    for opts in ({}, dict(normalization=norm, gamma=0.9)):
         fast = credax.tcpo_advantages(scores, mask, c, **opts)
         general = credax.tcpo_advantages(scores, mask, g, **opts)
         for path, a in jax.tree_util.tree_leaves_with_path(fast):

@@ -46,7 +46,7 @@ def test_golden_ragged_with_singletons():
     mask = np.array([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 0]], bool)
     outcome = np.array([1, 0, 0.5, 1], np.float32)
     a = credax.mt_grpo_advantages(turn, outcome, mask, np.array([9, 9, 9, -1]), turn_coef=0.5,
-                                  eps=0.0)
+                                  normalization=credax.Normalization(eps=0.0))
     h = 0.5 / math.sqrt(2)
     np.testing.assert_allclose(a, [[1.5, 1 + h, 1], [-1.5, -1 - h, 0], [0, 0, 0], [0, 0, 0]],
                                atol=1e-6)
@@ -79,7 +79,7 @@ def test_reproduces_the_paper_code_two_turn_rule(coef):
     turns = np.stack([turn_reward, np.zeros(b)], axis=1).astype(np.float32)
     a = credax.mt_grpo_advantages(turns, outcome.astype(np.float32), np.ones((b, 2), bool),
                                   np.repeat(np.arange(prompts), group_size), turn_coef=coef,
-                                  **credax.presets.TRL)
+                                  normalization=credax.presets.TRL)
     np.testing.assert_allclose(a[:, 0], first, atol=1e-5)
     np.testing.assert_allclose(a[:, 1], later, atol=1e-5)
     # ... and on tokens: prompt (-1), turn-0 tokens, a tool result (-1), turn-1 tokens.
@@ -114,7 +114,7 @@ def test_matches_reference_every_option(batch, which):
     turn, outcome, mask, ids = batch
     with jax.enable_x64(True):
         a = credax.mt_grpo_advantages(jnp.asarray(turn), jnp.asarray(outcome), mask, ids,
-                                      **Z_OPTIONS[which])
+                                      normalization=credax.Normalization(**Z_OPTIONS[which]))
     np.testing.assert_allclose(a, ref.mt_grpo(turn, outcome, mask, ids, **Z_OPTIONS[which]),
                                atol=1e-9, rtol=0)
 
@@ -173,11 +173,13 @@ def test_jit_equals_eager_and_compiles_once(traced_once):
         mask = np.arange(k)[None, :] < rng.integers(1, k + 1, size=(b, 1))
         ids = rng.integers(-2, 2, size=b).astype(np.int32)
         coef, eps = jnp.float32(0.5 + i), jnp.float32(10.0 ** (-4 - i))
-        a = fn(turn, outcome, mask, ids, turn_coef=coef, eps=eps)
-        again = fn(turn, outcome, mask, credax.groups(ids), turn_coef=coef, eps=eps)
+        norm = credax.Normalization(eps=eps)
+        a = fn(turn, outcome, mask, ids, turn_coef=coef, normalization=norm)
+        again = fn(turn, outcome, mask, credax.groups(ids), turn_coef=coef, normalization=norm)
         np.testing.assert_array_equal(a, again)
         with jax.disable_jit():  # the public entry: an eager run of fn's body would count
-            eager = credax.mt_grpo_advantages(turn, outcome, mask, ids, turn_coef=coef, eps=eps)
+            eager = credax.mt_grpo_advantages(turn, outcome, mask, ids, turn_coef=coef,
+                                              normalization=norm)
         np.testing.assert_allclose(a, eager, atol=1e-6)
 
 
@@ -205,8 +207,19 @@ T, R, M = np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.ones((2, 3),
     (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(3, np.int32)), ValueError, "B=3"),
     (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(2, np.int32), turn_coef=np.ones(2)),
      ValueError, "turn_coef"),
-    (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(2, np.int32), eps_mode="mul"),
+    (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(2, np.int32),
+                                       normalization=credax.Normalization(eps_mode="mul")),
      ValueError, "eps_mode"),
+    # the removed loose keywords name themselves and `normalization=`
+    (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(2, np.int32), eps_mode="sqrt"),
+     TypeError, r"'eps_mode'(.|\n)*normalization=credax\.Normalization"),
+    (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(2, np.int32), ddof=0),
+     TypeError, r"'ddof'(.|\n)*normalization=credax\.Normalization"),
+    (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(2, np.int32), **credax.presets.TRL),
+     TypeError, "must be a mapping"),
+    (lambda: credax.mt_grpo_advantages(T, R, M, np.zeros(2, np.int32),
+                                       normalization=credax.presets.TRL.asdict()),
+     TypeError, "normalization"),
 ])
 def test_errors_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):

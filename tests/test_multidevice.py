@@ -54,11 +54,11 @@ SCRIPT = textwrap.dedent(
         g = credax.groups(ids)
         return [
             credax.grpo_advantages(r, ids, mask),
-            credax.grpo_advantages(r, g, mask, **presets.VERL),
+            credax.grpo_advantages(r, g, mask, normalization=presets.VERL),
             credax.rloo_advantages(r, g, mask),
             credax.degenerate_groups(r, g, mask),
             credax.group_normalize(x, ids, turn_mask),
-            credax.group_normalize(x, g, turn_mask, **presets.TRL_BATCH),
+            credax.group_normalize(x, g, turn_mask, normalization=presets.TRL_BATCH),
             credax.peer_mean(x, g, turn_mask).mean,
             credax.group_count(g, turn_mask),
         ]

@@ -78,7 +78,7 @@ def test_a_schedule_of_eps_compiles_once(traced_once):
 
 def test_normalization_inside_a_user_jit_with_traced_eps():
     f = jax.jit(lambda eps: credax.group_normalize(R, IDS, MASK, normalization=Normalization(eps=eps)))
-    np.testing.assert_array_equal(f(0.0), credax.group_normalize(R, IDS, MASK, eps=0.0))
+    np.testing.assert_array_equal(f(0.0), credax.group_normalize(R, IDS, MASK, normalization=credax.Normalization(eps=0.0)))
 
 
 # Every estimator that normalises within groups, called with options as keywords or as an object.
@@ -130,7 +130,7 @@ def test_object_must_be_a_normalization_or_mapping():
         credax.grpo_advantages(R, IDS, normalization="verl")
     # a plain dict of fields is accepted (it is what the old presets were)
     np.testing.assert_array_equal(credax.grpo_advantages(R, IDS, normalization=dict(scale="none")),
-                                  credax.grpo_advantages(R, IDS, scale="none"))
+                                  credax.grpo_advantages(R, IDS, normalization=credax.Normalization(scale="none")))
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def test_object_must_be_a_normalization_or_mapping():
 def test_presets_are_normalizations_and_mappings(name):
     preset = getattr(presets, name)
     assert isinstance(preset, Normalization)
-    np.testing.assert_array_equal(credax.grpo_advantages(R, IDS, MASK, **preset),
+    np.testing.assert_array_equal(credax.grpo_advantages(R, IDS, MASK, normalization=preset),
                                   credax.grpo_advantages(R, IDS, MASK, normalization=preset))
 
 
@@ -163,8 +163,8 @@ def test_preset_values_hand_written():
 @pytest.mark.parametrize(("old", "new"), [(True, "group"), (False, "none")])
 def test_bool_scale_is_deprecated(old, new):
     with pytest.warns(DeprecationWarning, match=f"use `scale='{new}'`"):
-        got = credax.grpo_advantages(R, IDS, MASK, scale=old)
-    np.testing.assert_array_equal(got, credax.grpo_advantages(R, IDS, MASK, scale=new))
+        got = credax.grpo_advantages(R, IDS, MASK, normalization=credax.Normalization(scale=old))
+    np.testing.assert_array_equal(got, credax.grpo_advantages(R, IDS, MASK, normalization=credax.Normalization(scale=new)))
     with pytest.warns(DeprecationWarning, match=f"use `scale='{new}'`"):
         assert Normalization(scale=old).scale == new
 
@@ -172,37 +172,37 @@ def test_bool_scale_is_deprecated(old, new):
 def test_deprecation_warns_on_every_call_not_only_the_first_trace():
     for _ in range(2):
         with pytest.warns(DeprecationWarning, match="scale"):
-            credax.group_normalize(R, IDS, scale=False)
+            credax.group_normalize(R, IDS, normalization=credax.Normalization(scale=False))
 
 
 def test_singleton_center_is_deprecated():
     x, ids = jnp.array([5.0, 1.0, 3.0]), jnp.array([9, 2, 2])
     with pytest.warns(DeprecationWarning, match="use `singleton='zero'`"):
-        got = credax.group_normalize(x, ids, singleton="center")
+        got = credax.group_normalize(x, ids, normalization=credax.Normalization(singleton="center"))
     # ddof <= 1: identical to "zero" (a set of one centres to 0).
-    np.testing.assert_array_equal(got, credax.group_normalize(x, ids, singleton="zero"))
+    np.testing.assert_array_equal(got, credax.group_normalize(x, ids, normalization=credax.Normalization(singleton="zero")))
     # ddof=2 (the pair becomes a singleton set): still the centred, unscaled value x - μ.
     with pytest.warns(DeprecationWarning):
-        np.testing.assert_array_equal(credax.group_normalize(x, ids, ddof=2, singleton="center"),
+        np.testing.assert_array_equal(credax.group_normalize(x, ids, normalization=credax.Normalization(ddof=2, singleton="center")),
                                       [0.0, -1.0, 1.0])
 
 
 def test_center_false_is_deprecated():
     two, ids = jnp.array([0.0, 2.0]), jnp.array([1, 1])
     with pytest.warns(DeprecationWarning, match="`center=False` is deprecated.*jnp.where"):
-        got = credax.group_normalize(two, ids, center=False, scale="none")
+        got = credax.group_normalize(two, ids, normalization=credax.Normalization(center=False, scale="none"))
     np.testing.assert_array_equal(got, [0.0, 2.0])  # unchanged, as documented
 
 
 def test_negative_eps_raises_from_the_object_and_the_keyword():
     # One check, in Normalization, for both spellings (a keyword is folded into the object).
     with pytest.raises(ValueError, match="`eps` must be >= 0"):
-        credax.grpo_advantages(R, IDS, eps=-1.0)
+        credax.grpo_advantages(R, IDS, normalization=credax.Normalization(eps=-1.0))
     with pytest.raises(ValueError, match="`eps` must be >= 0"):
         credax.mt_grpo_advantages(S, R, TM, IDS, normalization=dict(eps=-1.0))
     # A traced eps cannot be checked before tracing and is used as given.
-    out = jax.jit(lambda e: credax.grpo_advantages(R, IDS, eps=e))(jnp.float32(0.0))
-    np.testing.assert_array_equal(out, credax.grpo_advantages(R, IDS, eps=0.0))
+    out = jax.jit(lambda e: credax.grpo_advantages(R, IDS, normalization=credax.Normalization(eps=e)))(jnp.float32(0.0))
+    np.testing.assert_array_equal(out, credax.grpo_advantages(R, IDS, normalization=credax.Normalization(eps=0.0)))
 
 
 def test_hgpo_bool_scale_is_deprecated_on_every_call():
@@ -219,7 +219,7 @@ def test_hgpo_bool_scale_is_deprecated_on_every_call():
 
 def test_warning_points_at_the_caller():
     with pytest.warns(DeprecationWarning) as record:
-        credax.grpo_advantages(R, IDS, scale=True)
+        credax.grpo_advantages(R, IDS, normalization=credax.Normalization(scale=True))
     assert record[0].filename == __file__
 
 

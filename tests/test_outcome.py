@@ -37,8 +37,13 @@ PRESETS = {
     "TRL": presets.TRL,
     "TRL_BATCH": presets.TRL_BATCH,
     "TRL_NONE": presets.TRL_NONE,
-    "default": {},
+    "default": None,  # normalization=None: the estimator's default
 }
+
+
+def _norm(options):
+    """The Normalization of a dict of its fields; {} is None (the default, as passing nothing)."""
+    return credax.Normalization(**options) if options else None
 
 
 def assert_close(actual, expected, rtol=1e-4, atol=1e-5, err_msg=""):
@@ -73,7 +78,7 @@ def test_verl_preset_golden():
     #   group b = {.5, .5}: std 0 -> 0 / (0 + 1e-6) = 0
     #   group c = {.7}: singleton, verl sets mean 0 and std 1 -> .7 / (1 + 1e-6) = .6999993
     verl = [0.5 / 0.500001, 0.0, -0.5 / 0.500001, 0.7 / (1 + 1e-6), 0.0, 0.0]
-    out = credax.grpo_advantages(VERL_SCORES, VERL_IDS, **presets.VERL)
+    out = credax.grpo_advantages(VERL_SCORES, VERL_IDS, normalization=presets.VERL)
     # The preset keeps the singleton's raw score (.7): within 1e-6 relative of verl's .7/(1+1e-6).
     np.testing.assert_allclose(out, verl, rtol=2e-6, atol=1e-7)
     assert float(out[3]) == np.float32(0.7)
@@ -83,7 +88,7 @@ def test_verl_preset_golden():
 def test_verl_dr_grpo_preset_golden():
     # norm_adv_by_std_in_grpo=False: score - mean; the singleton's mean is 0 -> .7.
     #   a: 1 - .5 = .5, 0 - .5 = -.5, .5 - .5 = 0;   b: 0, 0;   c: .7 - 0 = .7
-    out = credax.grpo_advantages(VERL_SCORES, VERL_IDS, **presets.VERL_DR_GRPO)
+    out = credax.grpo_advantages(VERL_SCORES, VERL_IDS, normalization=presets.VERL_DR_GRPO)
     np.testing.assert_allclose(out, [0.5, 0.0, -0.5, 0.7, 0.0, 0.0], atol=1e-7)
 
 
@@ -112,22 +117,22 @@ def _trl_expected(scale_rewards):
 def test_trl_presets_golden(scale_rewards):
     preset = presets.trl(scale_rewards)
     expected = _trl_expected(scale_rewards)
-    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, **preset)
+    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, normalization=preset)
     np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-7)
     # credax needs no contiguity: shuffled rows and arbitrary ids give the same per-row numbers.
     perm = np.array([4, 0, 5, 2, 1, 3])
     ids = np.where(TRL_IDS == 0, -123, 77)[perm]
-    out = credax.grpo_advantages(TRL_REWARDS[perm], ids, **preset)
+    out = credax.grpo_advantages(TRL_REWARDS[perm], ids, normalization=preset)
     np.testing.assert_allclose(out, np.array(expected)[perm], rtol=1e-6, atol=1e-7)
 
 
 def test_trl_preset_values_by_hand():
     # group: ±.5 / (.5 + 1e-4) = ±.99980; -.2 / (.34641 + 1e-4) = -.57718; .4 / .34651 = 1.15437
-    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, **presets.TRL)
+    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, normalization=presets.TRL)
     np.testing.assert_allclose(out, [0.99980, -0.99980, 0.0, -0.57718, -0.57718, 1.15437],
                                atol=1e-5)
     # batch: ±.5 / (.388587 + 1e-4) = ±1.28638; -.2 / .388687 = -.51455; .4 / .388687 = 1.02911
-    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, **presets.TRL_BATCH)
+    out = credax.grpo_advantages(TRL_REWARDS, TRL_IDS, normalization=presets.TRL_BATCH)
     np.testing.assert_allclose(out, [1.28638, -1.28638, 0.0, -0.51455, -0.51455, 1.02911],
                                atol=1e-5)
 
@@ -136,12 +141,25 @@ def test_presets_are_complete_and_immutable():
     keys = {"center", "scale", "ddof", "eps", "eps_mode", "singleton"}
     for name, preset in PRESETS.items():
         if name != "default":
-            assert keys <= set(preset), name
-    assert presets.VERL["eps"] == 1e-6 and presets.VERL["singleton"] == "raw"
-    assert presets.TRL["eps"] == 1e-4 and presets.TRL["ddof"] == 1
+            assert isinstance(preset, credax.Normalization), name
+            assert keys <= set(preset.asdict()), name
+            assert credax.Normalization(**preset.asdict()).asdict() == preset.asdict(), name
+    assert presets.VERL.eps == 1e-6 and presets.VERL.singleton == "raw"
+    assert presets.TRL.eps == 1e-4 and presets.TRL.ddof == 1
     assert presets.trl("batch") is presets.TRL_BATCH and presets.trl() is presets.TRL
+    with pytest.raises(AttributeError, match="immutable"):
+        presets.VERL.eps = 0.0  # a shared preset cannot be mutated by one caller
     with pytest.raises(TypeError):
-        presets.VERL["eps"] = 0.0  # a shared preset cannot be mutated by one caller
+        presets.VERL["eps"] = 0.0
+    # asdict() is a new dict: changing it leaves the preset as it was
+    fields = presets.VERL.asdict()
+    fields["eps"] = 0.0
+    assert presets.VERL.eps == 1e-6
+    # not a mapping: dict(preset) and **preset are TypeErrors
+    with pytest.raises(TypeError):
+        dict(presets.VERL)
+    with pytest.raises(TypeError):
+        credax.Normalization(**presets.TRL)
     with pytest.raises(ValueError, match="scale_rewards"):
         presets.trl("std")
 
@@ -152,9 +170,10 @@ def test_constant_and_singleton_groups_under_every_preset():
     r = np.array([1 / 3, 1 / 3, 1 / 3, 0.95, 0.95, 0.35], np.float32)
     ids = np.array([1, 1, 1, 2, 2, 3])
     for name, preset in PRESETS.items():
-        out = np.asarray(credax.grpo_advantages(r, ids, **preset))
+        out = np.asarray(credax.grpo_advantages(r, ids, normalization=preset))
         assert np.all(out[:5] == 0.0), name
-        assert out[5] == (np.float32(0.35) if preset.get("singleton") == "raw" else 0.0), name
+        raw = preset is not None and preset.singleton == "raw"
+        assert out[5] == (np.float32(0.35) if raw else 0.0), name
 
 
 def test_rloo_golden():
@@ -179,13 +198,14 @@ def test_gdpo_golden():
     c0 = [-0.5 / math.sqrt(1 / 3), -0.5 / math.sqrt(1 / 3), 0.5 / math.sqrt(1 / 3),
           0.5 / math.sqrt(1 / 3)]
     c1 = [1 / math.sqrt(2 / 3), 0.0, -1 / math.sqrt(2 / 3), 0.0]
-    out = credax.gdpo_advantages(r, ids, weights=jnp.ones(2), eps=0.0)
+    no_eps = credax.Normalization(eps=0.0)
+    out = credax.gdpo_advantages(r, ids, weights=jnp.ones(2), normalization=no_eps)
     np.testing.assert_allclose(out, np.add(c0, c1), atol=1e-6)
     # weights (2, .5)
-    out = credax.gdpo_advantages(r, ids, weights=jnp.array([2.0, 0.5]), eps=0.0)
+    out = credax.gdpo_advantages(r, ids, weights=jnp.array([2.0, 0.5]), normalization=no_eps)
     np.testing.assert_allclose(out, 2 * np.array(c0) + 0.5 * np.array(c1), atol=1e-6)
     # summing first (GRPO on r0 + r1 = 2 1 1 2) collapses (0,1) and (1,0): gdpo does not.
-    summed = credax.grpo_advantages(r.sum(axis=1), ids, eps=0.0)
+    summed = credax.grpo_advantages(r.sum(axis=1), ids, normalization=no_eps)
     assert float(summed[1]) == float(summed[2])
     assert abs(float(out[1]) - float(out[2])) > 0.5
 
@@ -206,21 +226,23 @@ def test_degenerate_groups_golden():
 # --------------------------------------------------------------------------------------------
 
 
-GRPO_OPTIONS = [dict(p) for p in PRESETS.values()] + [
+GRPO_OPTIONS = [{} if p is None else p.asdict() for p in PRESETS.values()] + [
     dict(eps_mode="sqrt", ddof=0, singleton="center"),
     dict(leave_one_out=True, scale="batch"),
     dict(center=False, eps=1e-3),
     dict(ddof=2, singleton="raw", leave_one_out=True),
 ]
-GDPO_OPTIONS = [{}, dict(presets.TRL), dict(scale="none"), dict(presets.VERL)]
+GDPO_OPTIONS = [{}, presets.TRL.asdict(), dict(scale="none"), presets.VERL.asdict()]
 
 
 def _estimators(w):
     """Every outcome estimator under several option sets: functions of (r, rc, g, mask)."""
-    fns = [lambda r, rc, g, m, o=o: credax.grpo_advantages(r, g, m, **o) for o in GRPO_OPTIONS]
+    fns = [lambda r, rc, g, m, o=o: credax.grpo_advantages(r, g, m, normalization=_norm(o))
+           for o in GRPO_OPTIONS]
     fns += [lambda r, rc, g, m, s=s: credax.rloo_advantages(r, g, m, singleton=s)
             for s in ("zero", "raw", "center")]
-    fns += [lambda r, rc, g, m, o=o: credax.gdpo_advantages(rc, g, m, weights=w, **o)
+    fns += [lambda r, rc, g, m, o=o: credax.gdpo_advantages(rc, g, m, weights=w,
+                                                                normalization=_norm(o))
             for o in GDPO_OPTIONS]
     fns.append(lambda r, rc, g, m: credax.degenerate_groups(r, g, m))
     return fns
@@ -271,11 +293,15 @@ def test_outcome_estimators_match_reference():
 @jax.jit
 def _identity_terms(r, rc, g, mask):
     t = {}
-    t["grpo"] = [credax.grpo_advantages(r, g, mask, **o) for o in GRPO_OPTIONS[:3]]
-    t["normalize"] = [credax.group_normalize(r, g, mask, **o) for o in GRPO_OPTIONS[:3]]
+    t["grpo"] = [credax.grpo_advantages(r, g, mask, normalization=_norm(o))
+                 for o in GRPO_OPTIONS[:3]]
+    t["normalize"] = [credax.group_normalize(r, g, mask, normalization=_norm(o))
+                      for o in GRPO_OPTIONS[:3]]
     t["rloo"] = credax.rloo_advantages(r, g, mask)
-    t["loo"] = credax.grpo_advantages(r, g, mask, scale="none", leave_one_out=True)
-    t["drgrpo"] = credax.grpo_advantages(r, g, mask, scale="none")
+    t["loo"] = credax.grpo_advantages(
+        r, g, mask, normalization=credax.Normalization(scale="none", leave_one_out=True))
+    t["drgrpo"] = credax.grpo_advantages(r, g, mask,
+                                         normalization=credax.Normalization(scale="none"))
     t["gdpo1"] = credax.gdpo_advantages(rc[:, :1], g, mask, weights=jnp.ones(1))
     t["grpo0"] = credax.grpo_advantages(rc[:, 0], g, mask)
     w1, w2 = jnp.array([0.3, -1.0]), jnp.array([2.0, 0.25])
@@ -283,8 +309,8 @@ def _identity_terms(r, rc, g, mask):
     t["gdpo_parts"] = (credax.gdpo_advantages(rc, g, mask, weights=w1)
                        + credax.gdpo_advantages(rc, g, mask, weights=w2))
     t["degenerate"] = credax.degenerate_groups(r, g, mask)
-    t["centred"] = [credax.grpo_advantages(r, g, mask, **o)
-                    for o in (presets.TRL, presets.TRL_BATCH, presets.TRL_NONE, {})]
+    t["centred"] = [credax.grpo_advantages(r, g, mask, normalization=o)
+                    for o in (presets.TRL, presets.TRL_BATCH, presets.TRL_NONE, None)]
     return t
 
 
@@ -368,11 +394,12 @@ def test_padding_invariance(case, garbage):
 
 @jax.jit
 def _outcome_grads(r, rc, g, mask, w):
-    fns = [functools.partial(credax.grpo_advantages, **o) for o in GRPO_OPTIONS]
+    fns = [functools.partial(credax.grpo_advantages, normalization=_norm(o))
+           for o in GRPO_OPTIONS]
     fns += [credax.rloo_advantages]
     grads = [jax.grad(lambda v, f=f: jnp.sum(jnp.arange(8.0) * f(v, g, mask)))(r) for f in fns]
     gd = [jax.grad(lambda v, o=o: jnp.sum(jnp.arange(8.0) * credax.gdpo_advantages(
-        v, g, mask, weights=w, **o)))(rc) for o in GDPO_OPTIONS]
+        v, g, mask, weights=w, normalization=_norm(o))))(rc) for o in GDPO_OPTIONS]
     wg = jax.grad(lambda ww: jnp.sum(credax.gdpo_advantages(rc, g, mask, weights=ww)))(w)
     return grads + gd + [wg]
 
@@ -408,7 +435,8 @@ def test_constant_groups_exactly_zero(value, size, eps):
             assert np.all(np.asarray(o)[:size] == 0.0), name
     assert np.all(np.asarray(outs[-1])[:size])  # degenerate
     # eps traced through the public function too
-    assert np.all(np.asarray(credax.grpo_advantages(r, ids, eps=eps))[:size] == 0.0)
+    out = credax.grpo_advantages(r, ids, normalization=credax.Normalization(eps=eps))
+    assert np.all(np.asarray(out)[:size] == 0.0)
 
 
 @given(case=outcome_cases(), which=st.integers(0, len(NAMES) - 1))
@@ -424,7 +452,8 @@ def test_jit_equals_eager(case, which):
 def _vmapped(rs, rcs, idss, ms):
     return [
         jax.vmap(credax.grpo_advantages)(rs, idss, ms),
-        jax.vmap(lambda *a: credax.grpo_advantages(*a, **presets.TRL_BATCH))(rs, idss, ms),
+        jax.vmap(lambda *a: credax.grpo_advantages(*a, normalization=presets.TRL_BATCH))(
+            rs, idss, ms),
         jax.vmap(credax.rloo_advantages)(rs, idss, ms),
         jax.vmap(lambda a, i, m: credax.gdpo_advantages(a, i, m, weights=W))(rcs, idss, ms),
         jax.vmap(credax.degenerate_groups)(rs, idss, ms),
@@ -437,7 +466,7 @@ def test_vmap_over_extra_axis_equals_loop(cases):
     outs = _vmapped(rs, rcs, idss, ms)
     for i in range(3):
         loop = [credax.grpo_advantages(rs[i], idss[i], ms[i]),
-                credax.grpo_advantages(rs[i], idss[i], ms[i], **presets.TRL_BATCH),
+                credax.grpo_advantages(rs[i], idss[i], ms[i], normalization=presets.TRL_BATCH),
                 credax.rloo_advantages(rs[i], idss[i], ms[i]),
                 credax.gdpo_advantages(rcs[i], idss[i], ms[i], weights=W),
                 credax.degenerate_groups(rs[i], idss[i], ms[i])]
@@ -463,9 +492,11 @@ def test_compiles_once(traced_once):
     b = 29
     ids = rng.integers(0, 6, size=b)
     calls = {
-        credax.grpo_advantages: lambda f, r, i, e, w: f(r, i, eps=e),
+        credax.grpo_advantages: lambda f, r, i, e, w: f(
+            r, i, normalization=credax.Normalization(eps=e)),
         credax.rloo_advantages: lambda f, r, i, e, w: f(r, i),
-        credax.gdpo_advantages: lambda f, r, i, e, w: f(np.stack([r, -r], 1), i, weights=w, eps=e),
+        credax.gdpo_advantages: lambda f, r, i, e, w: f(
+            np.stack([r, -r], 1), i, weights=w, normalization=credax.Normalization(eps=e)),
         credax.degenerate_groups: lambda f, r, i, e, w: f(r, i),
     }
     for public, call in calls.items():
@@ -485,9 +516,10 @@ def test_compiles_once(traced_once):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_low_precision_rewards(dtype):
     r = jnp.asarray(TRL_REWARDS, dtype)
-    out = credax.grpo_advantages(r, TRL_IDS, **presets.TRL)
+    out = credax.grpo_advantages(r, TRL_IDS, normalization=presets.TRL)
     assert out.dtype == dtype
-    up = credax.grpo_advantages(r.astype(jnp.float32), TRL_IDS, **presets.TRL).astype(dtype)
+    up = credax.grpo_advantages(r.astype(jnp.float32), TRL_IDS, normalization=presets.TRL)
+    up = up.astype(dtype)
     np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(up, np.float32))
     np.testing.assert_allclose(np.asarray(out, np.float64), _trl_expected("group"), rtol=2e-2,
                                atol=2e-2)
@@ -497,12 +529,13 @@ def test_low_precision_rewards(dtype):
 
 
 def test_integer_rewards_and_float64():
-    out = credax.grpo_advantages(np.array([1, 0, 1, 1]), np.array([0, 0, 1, 1]), eps=0.0)
+    out = credax.grpo_advantages(np.array([1, 0, 1, 1]), np.array([0, 0, 1, 1]),
+                                 normalization=credax.Normalization(eps=0.0))
     assert out.dtype == jnp.float32
     np.testing.assert_allclose(out, [1 / math.sqrt(2), -1 / math.sqrt(2), 0, 0], atol=1e-6)
     with jax.enable_x64(True):
         r = np.array([1.0, 0.5, 0.0, 0.7, 0.5, 0.5])  # float64
-        out = credax.grpo_advantages(r, VERL_IDS, **presets.VERL)
+        out = credax.grpo_advantages(r, VERL_IDS, normalization=presets.VERL)
         assert out.dtype == jnp.float64
         # singleton raw .7 vs verl's .7/(1 + 1e-6): the one documented 1e-6 relative difference
         np.testing.assert_allclose(out, [0.5 / 0.500001, 0, -0.5 / 0.500001, 0.7, 0, 0],
@@ -535,8 +568,25 @@ def test_integer_rewards_and_float64():
          ValueError, "weights"),
         (lambda: credax.gdpo_advantages(np.ones((4, 2)), np.zeros(4, int), np.ones((4, 2), bool),
                                         weights=np.ones(2)), ValueError, "mask"),
-        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int), eps_mode="x"), ValueError,
-         "eps_mode"),
+        # an unknown eps_mode is refused when the Normalization is built
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int),
+                                        normalization=credax.Normalization(eps_mode="x")),
+         ValueError, "eps_mode"),
+        # the removed loose keywords: a TypeError naming the keyword and `normalization=`
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int), eps_mode="sqrt"),
+         TypeError, r"'eps_mode'(.|\n)*normalization="),
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int), scale="none"),
+         TypeError, r"'scale'(.|\n)*normalization="),
+        (lambda: credax.gdpo_advantages(np.ones((4, 2)), np.zeros(4, int), weights=np.ones(2),
+                                        eps=0.0), TypeError, r"'eps'(.|\n)*normalization="),
+        # a preset is not a mapping: **preset is a TypeError; only a Normalization (or None)
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int), **presets.VERL),
+         TypeError, "must be a mapping"),
+        (lambda: credax.grpo_advantages(np.ones(4), np.zeros(4, int),
+                                        normalization=presets.VERL.asdict()),
+         TypeError, "normalization"),
+        (lambda: credax.gdpo_advantages(np.ones((4, 2)), np.zeros(4, int), weights=np.ones(2),
+                                        normalization="verl"), TypeError, "normalization"),
     ],
 )
 def test_argument_errors(call, error, match):

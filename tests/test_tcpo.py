@@ -238,14 +238,13 @@ def test_tcpo_normalized_and_discounted_golden():
     #   turn 1 {1, .1}: μ = .55, σ = .6364 -> .7071, -.7071 ; r2 singleton -> 0.
     # γ = .5: turn 1 is halved.
     s, mask = rows([0, 1], [1, 1], [0.5])
-    out = credax.tcpo_advantages(s, mask, np.array([1, 1, 2]), eps=0.0, gamma=0.5)
+    out = credax.tcpo_advantages(s, mask, np.array([1, 1, 2]), normalization=credax.Normalization(eps=0.0), gamma=0.5)
     np.testing.assert_allclose(out.credit, [[0, 1], [1, 0.1], [0.5, 0]], atol=1e-6)
     h = 1 / math.sqrt(2)
     np.testing.assert_allclose(out.advantages, [[-h, h / 2], [h, -h / 2], [0, 0]], atol=1e-6)
     # verl-like singleton "raw" keeps r2's credit; eps inside the sqrt with population std:
     # turn 0 {0, 1}: σ² = .25 -> (x - .5)/sqrt(.25 + 1e-6)
-    out = credax.tcpo_advantages(s, mask, np.array([1, 1, 2]), ddof=0, eps_mode="sqrt",
-                                 singleton="raw")
+    out = credax.tcpo_advantages(s, mask, np.array([1, 1, 2]), normalization=credax.Normalization(ddof=0, eps_mode="sqrt", singleton="raw"))
     z = 0.5 / math.sqrt(0.25 + 1e-6)
     np.testing.assert_allclose(out.advantages[:, 0], [-z, z, 0.5], atol=1e-6)
 
@@ -605,7 +604,7 @@ def test_gradients_finite_and_match_finite_differences():
 
     def loss(s, pw, rw, hw, gamma, eps):
         out = credax.tcpo_advantages(s, mask, ids, progress_weight=pw, regression_weight=rw,
-                                     hindsight_weight=hw, gamma=gamma, eps=eps,
+                                     hindsight_weight=hw, gamma=gamma, normalization=credax.Normalization(eps=eps),
                                      success_threshold=0.8)
         return jnp.sum(out.advantages * jnp.asarray(w, out.advantages.dtype))
 
@@ -705,7 +704,7 @@ S, M = f32([[0.0, 1.0]]), np.ones((1, 2), bool)
      "alt_scores"),
     (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), alt_scores=np.zeros((1, 2, 1)),
                                     selected=M[0]), ValueError, "selected"),
-    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), singleton="drop"), ValueError,
+    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), normalization=credax.Normalization(singleton="drop")), ValueError,
      "singleton"),
     (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), gamma=np.ones(2)), ValueError,
      "gamma"),

@@ -77,7 +77,7 @@ def test_triage_golden_two_successes_two_failures():
     #   success D: 0.8660 + 0.2 = 1.0660;  success R: 0.8660 - 0.1 = 0.7660
     #   failure E: -0.8660 + 0.1 = -0.7660; failure N: -0.8660 - 0.02 = -0.8860
     #   unlabeled: A itself; padded: 0.
-    a = credax.grpo_advantages(jnp.array([1.0, 1.0, 0.0, 0.0]), jnp.zeros(4, jnp.int32), eps=0.0)
+    a = credax.grpo_advantages(jnp.array([1.0, 1.0, 0.0, 0.0]), jnp.zeros(4, jnp.int32), normalization=credax.Normalization(eps=0.0))
     roles = jnp.array([[0, 3], [-1, 0], [1, 2], [1, 3]], jnp.int32)
     mask = jnp.array([[True, True], [True, False], [True, True], [False, False]])
     out = np.asarray(credax.triage_advantages(a, roles, mask, lam=0.2))

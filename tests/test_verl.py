@@ -206,7 +206,7 @@ def test_triage_end_to_end_through_the_registry_with_labels():
     out = cv.compute_advantage(data, "credax_triage", config=AlgoConfig())
     # the outcome is the response's total reward (verl's score): the sum of its turn scores
     outcome = np.where(truth["turn_mask"], truth["scores"], 0).sum(axis=1).astype(np.float32)
-    a = credax.grpo_advantages(outcome, truth["group_ids"], **credax.presets.VERL)
+    a = credax.grpo_advantages(outcome, truth["group_ids"], normalization=credax.presets.VERL)
     roles = credax.parse_roles(labels, num_turns=4)
     want_turns = credax.triage_advantages(a, roles, truth["turn_mask"], lam=0.2)
     want = _to_tokens(np.asarray(want_turns), truth["token_turn"])

@@ -104,7 +104,8 @@ def grpo(ctx: Context, s: Settings) -> jax.Array:
 
 def dr_grpo(ctx: Context, s: Settings) -> jax.Array:
     """Dr. GRPO: centred, not std-scaled (with the sequence-sum loss aggregation, see METHODS)."""
-    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups, scale="none"))
+    centred = credax.Normalization(scale="none")
+    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups, normalization=centred))
 
 
 def rloo(ctx: Context, s: Settings) -> jax.Array:

@@ -26,7 +26,9 @@ INIT = ROOT / "src" / "credax" / "__init__.py"
 # Page titles of the modules known today; a new module is titled by its docstring's first line, up
 # to the first colon ("Value-based credit: GAE over ..." -> "Value-based credit").
 TITLES = {
-    "_groups": "Grouping",
+    "_group_ids": "Group ids",
+    "_grouping": "Grouping",
+    "_normalization": "Normalization options",
     "_outcome": "Outcome advantages: GRPO, Dr. GRPO, RLOO, GDPO",
     "_turns": "Turn tools",
     "_tcpo": "TCPO",
@@ -50,7 +52,7 @@ ASSETS = ("benchmarks/**/*.png", "benchmarks/**/*.json", "notebooks/*.ipynb")
 
 
 def public_names_by_module(init: pathlib.Path = INIT) -> dict[str, list[str]]:
-    """``{"_groups": ["Groups", "groups", ...], ...}`` from the re-export lines of ``__init__``."""
+    """``{"_group_ids": ["Groups", "groups"], ...}`` from the re-export lines of ``__init__``."""
     by_module: dict[str, list[str]] = collections.defaultdict(list)
     for node in ast.parse(init.read_text()).body:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:

@@ -339,6 +339,6 @@ print("token_turn of A2:", token_turn[b, :n])
 # * Make every rollout take the same number of turns and compare TCPO 5 again: the per-turn
 #   baselines are action-dependent when the policy decides when to stop (see the known bias in
 #   `docs/guides/tcpo.md`).
-# * Try `credax.presets.VERL` / `credax.presets.TRL` (`**credax.presets.VERL` in any call that
-#   takes `group_normalize` options) to see what the peer frameworks' conventions change.
+# * Try `normalization=credax.presets.VERL` / `credax.presets.TRL` in any call that normalises
+#   within groups to see what the peer frameworks' conventions change.
 # * Notebook 02 trains a policy with these estimators; notebook 03 property-tests your own.

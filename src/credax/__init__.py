@@ -3,8 +3,10 @@
 Every public name is re-exported here, one line each. Where the math lives:
 
 * ``_api``      the public-entry plumbing (jit with static options, pre-trace checks)
-* ``_groups``   the one grouping primitive (``groups``, ``group_normalize``, ``Normalization``,
-  peer statistics)
+* the one grouping primitive, in four modules: ``_group_ids`` (ids → ``Groups``: ``groups``),
+  ``_normalization`` (``Normalization``, the one options value of every normalising estimator),
+  ``_group_stats`` (the statistics engine) and ``_grouping`` (``group_normalize``, ``group_mean``,
+  ``group_count``, ``peer_mean``)
 * ``_outcome``  one reward per trajectory: GRPO, Dr. GRPO, RLOO, GDPO, degenerate groups
 * ``_turns``    turn-space tools: best prior, future best, discounts, returns, token broadcast
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
@@ -45,14 +47,13 @@ from ._gae import turn_gae_advantages as turn_gae_advantages
 from ._gae import turn_values as turn_values
 from ._gae import value_loss as value_loss
 from ._gae import vapo_lambda as vapo_lambda
-from ._groups import Groups as Groups
-from ._groups import Normalization as Normalization
-from ._groups import PeerMean as PeerMean
-from ._groups import group_count as group_count
-from ._groups import group_mean as group_mean
-from ._groups import group_normalize as group_normalize
-from ._groups import groups as groups
-from ._groups import peer_mean as peer_mean
+from ._group_ids import Groups as Groups
+from ._group_ids import groups as groups
+from ._grouping import PeerMean as PeerMean
+from ._grouping import group_count as group_count
+from ._grouping import group_mean as group_mean
+from ._grouping import group_normalize as group_normalize
+from ._grouping import peer_mean as peer_mean
 from ._hgpo import HGPO as HGPO
 from ._hgpo import hgpo_advantages as hgpo_advantages
 from ._logprobs import LogprobsEntropy as LogprobsEntropy
@@ -64,6 +65,7 @@ from ._losses import PolicyMetrics as PolicyMetrics
 from ._losses import aggregate as aggregate
 from ._losses import kl_divergence as kl_divergence
 from ._losses import policy_loss as policy_loss
+from ._normalization import Normalization as Normalization
 from ._outcome import degenerate_groups as degenerate_groups
 from ._outcome import gdpo_advantages as gdpo_advantages
 from ._outcome import grpo_advantages as grpo_advantages

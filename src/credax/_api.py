@@ -262,6 +262,7 @@ def jit_public(
     check: Callable[[Mapping], None] | None = None,
     replicate: bool = False,
     prepare: Callable[[dict, frozenset], None] | None = None,
+    hints: Mapping[str, str] | None = None,
 ):
     """Decorator for public functions: ``jax.jit`` with static options, host work before tracing.
 
@@ -280,6 +281,9 @@ def jit_public(
       prepare: called after ``check`` with the bound arguments (a dict it may rewrite, e.g. fold
         several keywords into one options object) and the names the caller passed explicitly;
         the compiled function is then called with the rewritten arguments.
+      hints: ``{keyword: sentence}`` added to the ``TypeError`` of an unknown keyword (e.g. the
+        normalisation fields, which are passed as one ``normalization=`` value). Every unknown
+        keyword is refused by name before JAX sees it (JAX would report a non-array argument).
 
     The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation),
     ``lower`` (``jitted.lower`` on the arguments as the public call checks and rewrites them) and
@@ -287,6 +291,7 @@ def jit_public(
     instrumented body, e.g. ``chex.assert_max_traces(fn.__wrapped__, n=1)``.
     """
     convert = dict(convert or {})
+    hints = dict(hints or {})
 
     def decorate(fn):
         jitted = jax.jit(fn, static_argnames=static_argnames)
@@ -297,9 +302,18 @@ def jit_public(
         # narrowed by JAX: no float32 / int32 range check for them.
         exact = frozenset(convert) | frozenset(static_argnames)
         bind = _binder(signature)
+        names = frozenset(params)
+
+        def refuse_unknown(kwargs) -> None:
+            for name in kwargs.keys() - names:
+                hint = f" {hints[name]}" if name in hints else ""
+                raise TypeError(f"{fn.__name__}() got an unexpected keyword argument "
+                                f"{name!r}.{hint}")
 
         def arguments(args, kwargs):
             """The public call's checks and rewrites: what ``jitted`` is called with."""
+            if not kwargs.keys() <= names:
+                refuse_unknown(kwargs)
             for name, value in zip(params, args, strict=False):  # before jit's generic error
                 _checks.reject_torch(value, name, fn.__name__)
                 if name not in exact:

@@ -1,6 +1,6 @@
 """Credit diagnostics to log: dead groups against their expectation, anchor-group hits, summaries.
 
-Every statistic goes through the shared grouping primitive (``_groups.segment_stats`` and
+Every statistic goes through the shared grouping primitive (``_group_stats.segment_stats`` and
 ``groups_from_keys``); nothing here computes a group statistic of its own. All outputs are small
 (scalars or ``[K]``/``[R]`` vectors) and carry no gradient.
 """
@@ -15,7 +15,9 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import jit_public
-from ._groups import Groups, check_x_and_groups, groups_from_keys, jit_grouped, prepare, segment_stats
+from ._group_ids import Groups, groups_from_keys
+from ._group_stats import check_x_and_groups, prepare, segment_stats
+from ._grouping import jit_grouped
 
 
 class DeadGroups(NamedTuple):

@@ -6,7 +6,7 @@ groups, at any turn index) and whose edges are the steps between them. A node's 
 discounted episode reward of the steps that acted in it; a step is credited with where its edge
 leads (the next node's value, compared with the other steps of the same node) and with how much the
 edge gains (next value minus own value, compared with every step of the prompt), on top of the
-episode advantage. Every statistic goes through the grouping primitive of ``_groups``.
+episode advantage. Every statistic goes through the grouping primitive (``_group_stats``, ``_grouping``).
 """
 
 from __future__ import annotations
@@ -18,16 +18,10 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
-from ._groups import (
-    Groups,
-    Normalization,
-    check_x_and_groups,
-    group_stats,
-    groups_from_keys,
-    jit_grouped,
-    normalize_with_groups,
-    resolve_normalization,
-)
+from ._group_ids import Groups, groups_from_keys
+from ._group_stats import check_x_and_groups, group_stats
+from ._grouping import jit_grouped, normalization_or, normalize_with_groups
+from ._normalization import Normalization
 
 EPISODE_POOLING = ("step", "trajectory")
 
@@ -57,7 +51,6 @@ class G2PO(NamedTuple):
     anchors=True,
     check=check_values(gamma=UNIT, omega=FINITE, invalid_penalty=FINITE,
                        success_reward=FINITE, step_discount=NON_NEGATIVE),
-    prepare=resolve_normalization(()),
 )
 def g2po_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -166,7 +159,7 @@ def g2po_advantages(
     r = r.astype(dt)
     n = batch * num_turns
     flat_mask = turn_mask.reshape(n)
-    opts = normalization
+    opts = normalization_or(normalization)
 
     # Node values: γ^{L - t} R over the member steps of each (prompt, anchor) node.
     length = jnp.sum(turn_mask, axis=1)

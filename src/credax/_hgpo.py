@@ -10,7 +10,7 @@ over the levels where it is informative.
 Groups are always nested inside the prompt: the key of every level includes the prompt's group,
 so identical observations reached from different prompts never pool (a framework shipped anchor
 groups pooled over the whole batch; here it cannot happen by construction). Grouping goes through
-the shared primitive of ``_groups`` (``groups_from_keys`` and ``normalize_with_groups``).
+the shared primitive (``_group_ids.groups_from_keys`` and ``_grouping.normalize_with_groups``).
 """
 
 from __future__ import annotations
@@ -21,17 +21,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
-from ._groups import (
-    Groups,
-    Normalization,
-    check_x_and_groups,
-    group_stats,
-    groups_from_keys,
-    jit_grouped,
-    normalize_with_groups,
-    prepare,
-)
+from ._api import FINITE, UNIT, check_values
+from ._group_ids import Groups, groups_from_keys
+from ._group_stats import check_x_and_groups, group_stats, prepare
+from ._grouping import jit_grouped, normalization_or, normalize_with_groups
+from ._normalization import Normalization
 from ._turns import masked_discounted_returns, prepare_anchored_steps
 
 EPISODE_POOLING = ("trajectory", "step")
@@ -75,18 +69,14 @@ def history_keys(anchors: jnp.ndarray, turn_mask: jnp.ndarray, k: int):
     return keys, valid
 
 
-def _resolve_scale(arguments, passed) -> None:
-    """On the host, every call: ``scale`` in the spellings of :class:`credax.Normalization` (a
-    deprecated bool warns here, not only when the body is first traced)."""
-    arguments["scale"] = Normalization(scale=arguments["scale"]).scale
+# HGPO's history levels: the population std (ddof 0), ``+1e-6`` on the std.
+HGPO_NORMALIZATION = Normalization(ddof=0)
 
 
 @jit_grouped(
-    static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton",
-                             "scale", "ddof"),
+    static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton"),
     anchors=True,
-    check=check_values(gamma=UNIT, alpha=FINITE, eps=NON_NEGATIVE),
-    prepare=_resolve_scale,
+    check=check_values(gamma=UNIT, alpha=FINITE),
 )
 def hgpo_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -101,9 +91,7 @@ def hgpo_advantages(
     episode_group: bool = False,
     episode_pooling: str = "trajectory",
     episode_singleton: str = "zero",
-    scale: str = "group",
-    ddof: int = 0,
-    eps: float | Float[Array, ""] = 1e-6,
+    normalization: Normalization | None = None,
 ) -> HGPO:
     """HGPO step advantages: level-weighted normalised returns over history groups of ``k = 1..H+1``.
 
@@ -146,10 +134,12 @@ def hgpo_advantages(
         ``"step"`` (one copy per valid step, verl-agent's ``compute_mean_std_cross_steps=True``).
       episode_singleton: static; a prompt with one trajectory gets ``0`` (``"zero"``) or its raw
         reward (``"raw"``, verl-agent's mean 0 / std 1).
-      scale: static; ``"group"`` divides by the std (``mean_std_norm``), ``"none"`` only centres
-        (``mean_norm``); the spellings of :class:`credax.Normalization` (bools deprecated).
-      ddof: static; delta degrees of freedom of the history-level std (HGPO: 0, population std).
-      eps: added to the std and to the weight sum; may be traced.
+      normalization: a :class:`credax.Normalization` for the history levels (default
+        ``Normalization(ddof=0)``: HGPO's population std, ``+1e-6``). Its ``scale``: ``"group"``
+        divides by the std (``mean_std_norm``), ``"none"`` only centres (``mean_norm``); its
+        ``eps`` is also added to the weight sum and may be traced. Its ``singleton`` must be
+        ``"zero"`` (a group of one abstains). The episode level uses it with ``ddof=1`` and
+        ``singleton=episode_singleton``.
 
     Returns:
       :class:`HGPO` ``(advantages, levels, informative)``; float outputs in the promoted dtype of
@@ -157,9 +147,9 @@ def hgpo_advantages(
 
     Raises:
       TypeError: non-integer ``anchor_ids``/``group_ids``, non-boolean ``turn_mask``, non-bool
-        ``episode_group``.
-      ValueError: shapes disagree; unknown ``scale``/``episode_pooling``/``episode_singleton``;
-        ``history < 0``.
+        ``episode_group``, a ``normalization`` that is not a :class:`credax.Normalization`.
+      ValueError: shapes disagree; unknown ``episode_pooling``/``episode_singleton``;
+        ``history < 0``; ``normalization.singleton`` not ``"zero"``.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -167,7 +157,8 @@ def hgpo_advantages(
       >>> steps = jnp.array([[0.0, 1.0], [0.0, 0.0], [0.0, 0.5]])
       >>> anchors = jnp.array([[1, 2], [1, 2], [1, 3]])
       >>> out = credax.hgpo_advantages(jnp.zeros(3), steps, anchors, jnp.ones((3, 2), bool),
-      ...                              jnp.zeros(3, int), history=1, gamma=1.0, eps=0.0)
+      ...                              jnp.zeros(3, int), history=1, gamma=1.0,
+      ...                              normalization=credax.Normalization(ddof=0, eps=0.0))
       >>> # turn 1, k=1 (state 2): returns (1, 0) -> ±1; k=2 (states 1,2): same pair -> ±1.
       >>> # turn 0: k=1 (state 1): returns (1, 0, .5) -> (1.2247, -1.2247, 0) (population std).
       >>> [[round(float(v), 4) for v in row] for row in out.advantages]
@@ -189,7 +180,12 @@ def hgpo_advantages(
         raise TypeError(f"`episode_group` must be a Python bool; got {episode_group!r}.")
     r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
         outcome_rewards, step_rewards, anchor_ids, turn_mask)
-    eps = _checks.scalar(eps, dt, "eps")
+    base = normalization_or(normalization, HGPO_NORMALIZATION)
+    if base.singleton != "zero":
+        raise ValueError("hgpo_advantages: `normalization.singleton` must be 'zero' (a history "
+                         f"group of one abstains); got {base.singleton!r}. The episode level's "
+                         "singletons are `episode_singleton`.")
+    eps = _checks.scalar(base.eps, dt, "eps")
     batch, num_turns = s.shape
     n = batch * num_turns
     check_x_and_groups(s, group_ids, "step_rewards")
@@ -200,7 +196,6 @@ def hgpo_advantages(
     g = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
     g_flat = g.reshape(n)
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
-    base = Normalization(scale=scale, eps=eps)  # checks `scale` as every estimator does
 
     # Level 0: the episode group.
     if episode_group:
@@ -231,7 +226,7 @@ def hgpo_advantages(
         level_groups = groups_from_keys(previous, keys[-1].reshape(n), valid=flat_valid)
         previous = level_groups.index
         a_k = normalize_with_groups(g_flat, level_groups, flat_valid,
-                                    base.replace(ddof=ddof, singleton="zero"))
+                                    base)
         # A member within float rounding of its group's mean is at the mean: its level abstains
         # (0), instead of a residue of ~1e-7 voting and changing the other levels' weights.
         st = group_stats(g_flat, level_groups, flat_valid, sum_sq=False)

@@ -13,15 +13,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import (
-    Groups,
-    Normalization,
-    jit_grouped,
-    normalize_with_groups,
-    prepare,
-    resolve_normalization,
-    segment_stats,
-)
+from ._group_ids import Groups
+from ._group_stats import prepare, segment_stats
+from ._grouping import jit_grouped, normalization_or, normalize_with_groups
+from ._normalization import Normalization
 
 
 def _check_outcome(rewards, name: str = "rewards") -> None:
@@ -31,36 +26,28 @@ def _check_outcome(rewards, name: str = "rewards") -> None:
                          f"got shape {rewards.shape}.")
 
 
-@jit_grouped(prepare=resolve_normalization())
+@jit_grouped()
 def grpo_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
     mask: Bool[Array, " B"] | None = None,
     *,
     normalization: Normalization | None = None,
-    center: bool = True,
-    scale: str = "group",
-    ddof: int = 1,
-    eps: float | Float[Array, ""] = 1e-6,
-    eps_mode: str = "add",
-    singleton: str = "zero",
-    leave_one_out: bool = False,
 ) -> Float[Array, " B"]:
     """Group-normalised outcome advantage (GRPO): ``A_i = (r_i - μ_g) / (σ_g + eps)``.
 
     The options are those of :func:`credax.group_normalize`, as one :class:`credax.Normalization`
-    (``normalization=``) or as keywords (which override its fields); ``scale="none"`` is Dr. GRPO
-    (``r_i - μ_g``), ``scale="batch"`` is TRL's ``scale_rewards="batch"``. Presets reproducing the
-    peers exactly: ``grpo_advantages(r, ids, normalization=credax.presets.VERL)``, or as keywords
-    ``**credax.presets.VERL`` / ``**presets.TRL``.
+    (``normalization=``); ``Normalization(scale="none")`` is Dr. GRPO (``r_i - μ_g``),
+    ``scale="batch"`` is TRL's ``scale_rewards="batch"``. Presets reproducing the peers exactly:
+    ``grpo_advantages(r, ids, normalization=credax.presets.VERL)`` (or ``presets.TRL``).
 
     Args:
       rewards: ``float[B]`` one outcome reward per trajectory.
       group_ids: ``int[B]`` prompt id per trajectory (any integers), or a ``Groups``.
       mask: ``bool[B]`` valid trajectories (e.g. reward not missing); others get ``0`` and do not
         enter any statistic.
-      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
-        :func:`credax.group_normalize` (``eps`` may be traced, the rest are static).
+      normalization: a :class:`credax.Normalization` (``None``: ``Normalization()``), as
+        :func:`credax.group_normalize` (its ``eps`` may be traced, the rest is static).
 
     Returns:
       ``float[B]``; constant groups give exactly ``0``, singletons ``0`` (default), masked ``0``.
@@ -69,7 +56,7 @@ def grpo_advantages(
       >>> import credax, jax.numpy as jnp
       >>> r = jnp.array([1.0, 0.0, 1.0, 1.0, 0.7])
       >>> ids = jnp.array([0, 0, 1, 1, 2])
-      >>> credax.grpo_advantages(r, ids, eps=0.0)
+      >>> credax.grpo_advantages(r, ids, normalization=credax.Normalization(eps=0.0))
       Array([ 0.70710677, -0.70710677,  0.        ,  0.        ,  0.        ], dtype=float32)
 
     References:
@@ -78,7 +65,8 @@ def grpo_advantages(
     """
     _check_outcome(rewards)
     xc, mask, out_dtype = prepare(rewards, group_ids, mask, "rewards")
-    return normalize_with_groups(xc, group_ids, mask, normalization).astype(out_dtype)
+    opts = normalization_or(normalization)
+    return normalize_with_groups(xc, group_ids, mask, opts).astype(out_dtype)
 
 
 @jit_grouped(static_argnames=("singleton",))
@@ -109,7 +97,7 @@ def rloo_advantages(
     return out.astype(out_dtype)
 
 
-@jit_grouped(prepare=resolve_normalization())
+@jit_grouped()
 def gdpo_advantages(
     rewards: Float[Array, "B C"],
     group_ids: Int[Array, " B"] | Groups,
@@ -117,13 +105,6 @@ def gdpo_advantages(
     *,
     weights: Float[Array, " C"],
     normalization: Normalization | None = None,
-    center: bool = True,
-    scale: str = "group",
-    ddof: int = 1,
-    eps: float | Float[Array, ""] = 1e-6,
-    eps_mode: str = "add",
-    singleton: str = "zero",
-    leave_one_out: bool = False,
 ) -> Float[Array, " B"]:
     """Multi-reward advantage: normalise each component in its group, then take the weighted sum.
 
@@ -138,20 +119,22 @@ def gdpo_advantages(
       group_ids: ``int[B]`` or ``Groups``.
       mask: ``bool[B]`` valid trajectories (a row is valid or not as a whole).
       weights: ``float[C]`` component weights; may be traced.
-      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
+      normalization: a :class:`credax.Normalization` (``None``: ``Normalization()``), as
         :func:`credax.group_normalize`, applied to every component (``eps`` may be traced).
 
     Returns:
       ``float[B]``; ``0`` at masked rows.
 
     Raises:
-      ValueError: ``weights`` is not ``[C]``, or an option is unknown.
+      ValueError: ``weights`` is not ``[C]``.
+      TypeError: ``normalization`` is not a :class:`credax.Normalization`.
 
     Examples:
       >>> import credax, jax.numpy as jnp
       >>> r = jnp.array([[0.0, 2.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
       >>> # column 0: μ=.5, σ=.57735 -> ∓.866; column 1: μ=1, σ=.8165 -> 1.2247, 0, -1.2247, 0
-      >>> a = credax.gdpo_advantages(r, jnp.zeros(4, jnp.int32), weights=jnp.ones(2), eps=0.0)
+      >>> a = credax.gdpo_advantages(r, jnp.zeros(4, jnp.int32), weights=jnp.ones(2),
+      ...                            normalization=credax.Normalization(eps=0.0))
       >>> [round(float(v), 4) for v in a]
       [0.3587, -0.866, -0.3587, 0.866]
 
@@ -166,7 +149,7 @@ def gdpo_advantages(
         mask = _checks.as_mask(mask, "mask", rewards.shape[:1])
         mask = jnp.broadcast_to(mask[:, None], rewards.shape)
     xc, mask2, out_dtype = prepare(rewards, group_ids, mask, "rewards")
-    per_component = normalize_with_groups(xc, group_ids, mask2, normalization)
+    per_component = normalize_with_groups(xc, group_ids, mask2, normalization_or(normalization))
     out = jnp.sum(per_component * weights.astype(xc.dtype)[None, :], axis=1)
     return out.astype(out_dtype)
 

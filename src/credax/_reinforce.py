@@ -17,25 +17,16 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, POSITIVE, UNIT, check_values, jit_public
-from ._groups import (
-    Groups,
-    Normalization,
-    as_normalization,
-    jit_grouped,
-    normalize_with_groups,
-    prepare,
-)
+from ._group_ids import Groups
+from ._group_stats import prepare
+from ._grouping import jit_grouped, normalization_or, normalize_with_groups
+from ._normalization import MOVED_TO_NORMALIZATION, Normalization, as_normalization
 
 # verl_F.masked_whiten: (x - mean) * rsqrt(var + 1e-8), the variance unbiased over the tokens.
 WHITEN = Normalization(ddof=1, eps=1e-8, eps_mode="sqrt")
 # verl's per-prompt mean of REINFORCE++-baseline and GPG: self-inclusive, a prompt of one keeps its
 # score (mean 0), no std division.
 _MEAN_OR_ZERO = Normalization(scale="none", eps=0.0, singleton="raw")
-
-
-def _default_whiten(arguments, passed) -> None:
-    given = arguments.get("normalization")
-    arguments["normalization"] = WHITEN if given is None else as_normalization(given)
 
 
 def _whiten_tokens(x: jax.Array, mask: jax.Array, opts: Normalization) -> jax.Array:
@@ -68,7 +59,8 @@ def _token_inputs(x, response_mask, name):
     return x.astype(_checks.compute_dtype(x.dtype)), mask, _checks.output_dtype(x.dtype)
 
 
-@jit_public(check=check_values(gamma=UNIT), prepare=_default_whiten, replicate=True)
+@jit_public(check=check_values(gamma=UNIT), convert={"normalization": as_normalization},
+            replicate=True, hints=MOVED_TO_NORMALIZATION)
 def reinforce_pp_advantages(
     token_rewards: Float[Array, "B T"],
     response_mask: Bool[Array, "B T"],
@@ -120,10 +112,10 @@ def reinforce_pp_advantages(
     if r.shape[1] == 0:  # no tokens: an empty [B, 0]
         return jnp.zeros(r.shape, out_dtype)
     g = _token_returns(r, mask, _checks.scalar(gamma, r.dtype, "gamma"))
-    return _whiten_tokens(g, mask, normalization).astype(out_dtype)
+    return _whiten_tokens(g, mask, normalization_or(normalization, WHITEN)).astype(out_dtype)
 
 
-@jit_grouped(prepare=_default_whiten)
+@jit_grouped()
 def reinforce_pp_baseline_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
@@ -174,7 +166,7 @@ def reinforce_pp_baseline_advantages(
     mask = _checks.as_mask(response_mask, "response_mask", (xc.shape[0], raw_mask.shape[1]))
     c = normalize_with_groups(xc, group_ids, jnp.ones(xc.shape, bool), _MEAN_OR_ZERO)
     tokens = jnp.broadcast_to(c[:, None], mask.shape)
-    return _whiten_tokens(tokens, mask, normalization).astype(out_dtype)
+    return _whiten_tokens(tokens, mask, normalization_or(normalization, WHITEN)).astype(out_dtype)
 
 
 @jit_grouped(check=check_values(f_norm=POSITIVE, alpha=FINITE))

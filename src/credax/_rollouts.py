@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from ._groups import Groups, exact_id
+from ._group_ids import Groups, exact_id
 from ._triage import parse_roles
 
 _INT32_MAX = np.iinfo(np.int32).max

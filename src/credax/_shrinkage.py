@@ -5,7 +5,7 @@ estimate of the prompt's expected reward. Stein's paradox says that, for three o
 pulling every per-prompt mean toward the across-prompt mean by a data-driven amount lowers the
 total squared error of the estimates; as a baseline this lowers the variance of the policy
 gradient (Zeng et al. 2025, arXiv 2511.03710). The statistics come from the shared grouping
-primitive (``_groups.segment_stats``); the across-prompt quantities are batch sums in which every
+primitive (``_group_stats.segment_stats``); the across-prompt quantities are batch sums in which every
 row of a prompt weighs ``1 / n_p``, so each prompt counts once.
 """
 
@@ -18,7 +18,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._groups import Groups, _pow2, _unit_exponent, jit_grouped, prepare, segment_stats
+from ._group_ids import Groups
+from ._group_stats import _pow2, _unit_exponent, prepare, segment_stats
+from ._grouping import jit_grouped
 
 
 class Shrinkage(NamedTuple):

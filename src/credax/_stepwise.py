@@ -1,7 +1,7 @@
 """Step-level baselines from the literature: MT-GRPO and GiGPO.
 
 Both compare turns (steps) across the trajectories of one prompt through the shared grouping
-primitive in ``_groups``: MT-GRPO per (prompt, turn index), GiGPO per (prompt, anchor state) at any
+primitive (``_grouping``): MT-GRPO per (prompt, turn index), GiGPO per (prompt, anchor state) at any
 turn index.
 """
 
@@ -12,16 +12,10 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, UNIT, check_values
-from ._groups import (
-    Groups,
-    Normalization,
-    check_x_and_groups,
-    groups_from_keys,
-    jit_grouped,
-    normalize_with_groups,
-    prepare,
-    resolve_normalization,
-)
+from ._group_ids import Groups, groups_from_keys
+from ._group_stats import check_x_and_groups, prepare
+from ._grouping import jit_grouped, normalization_or, normalize_with_groups
+from ._normalization import Normalization
 from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_turns
 
 # --- MT-GRPO ---------------------------------------------------------------------------------
@@ -29,7 +23,6 @@ from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_t
 
 @jit_grouped(
     check=check_values(turn_coef=FINITE),
-    prepare=resolve_normalization(),
 )
 def mt_grpo_advantages(
     turn_rewards: Float[Array, "B K"],
@@ -39,13 +32,6 @@ def mt_grpo_advantages(
     *,
     turn_coef: float | Float[Array, ""] = 1.0,
     normalization: Normalization | None = None,
-    center: bool = True,
-    scale: str = "group",
-    ddof: int = 1,
-    eps: float | Float[Array, ""] = 1e-6,
-    eps_mode: str = "add",
-    singleton: str = "zero",
-    leave_one_out: bool = False,
 ) -> Float[Array, "B K"]:
     """MT-GRPO turn advantages: outcome advantage per prompt plus turn advantage per (prompt, turn).
 
@@ -84,22 +70,23 @@ def mt_grpo_advantages(
       turn_mask: ``bool[B, K]`` real turns.
       group_ids: ``int[B]`` prompt of each row (any integers), or a ``Groups``.
       turn_coef: ``λ`` (``turn_advantage_coef`` in the paper's code, default 1). May be traced.
-      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: as
-        :func:`credax.group_normalize` (``eps`` may be traced, the rest are static).
+      normalization: one :class:`credax.Normalization` for both levels, as
+        :func:`credax.group_normalize` (``None``: ``Normalization()``; its ``eps`` may be traced).
 
     Returns:
       ``float[B, K]`` in the dtype of ``turn_rewards``; ``0`` on padded turns.
 
     Raises:
-      TypeError: non-boolean ``turn_mask``, non-integer ``group_ids``.
-      ValueError: shapes disagree, unknown options.
+      TypeError: non-boolean ``turn_mask``, non-integer ``group_ids``, a ``normalization`` that
+        is not a :class:`credax.Normalization`.
+      ValueError: shapes disagree.
 
     Examples:
       >>> import credax, jax.numpy as jnp
       >>> turn = jnp.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # 2-turn code form
       >>> outcome = jnp.array([1.0, 0.0, 0.0, 1.0])
       >>> a = credax.mt_grpo_advantages(turn, outcome, jnp.ones((4, 2), bool), jnp.zeros(4, int),
-      ...                               eps=0.0)
+      ...                               normalization=credax.Normalization(eps=0.0))
       >>> # Â^O = ±0.5/0.57735 = ±0.866; turn 0: μ=0.75, σ=0.5 -> Â^T = 0.5, -1.5, 0.5, 0.5
       >>> [[round(float(v), 3) for v in row] for row in a]
       [[1.366, 0.866], [-2.366, -0.866], [-0.366, -0.866], [1.366, 0.866]]
@@ -114,8 +101,9 @@ def mt_grpo_advantages(
     _checks.check_shape(r_o, "outcome_rewards", r_t.shape[:1], "[B]")
     dt = r_t.dtype
     has_turn = jnp.any(turn_mask, axis=1)
-    a_o = normalize_with_groups(r_o.astype(dt), group_ids, has_turn, normalization)
-    a_t = normalize_with_groups(r_t, group_ids, turn_mask, normalization)
+    opts = normalization_or(normalization)
+    a_o = normalize_with_groups(r_o.astype(dt), group_ids, has_turn, opts)
+    a_t = normalize_with_groups(r_t, group_ids, turn_mask, opts)
     coef = _checks.scalar(turn_coef, dt, "turn_coef")
     out = jnp.where(turn_mask, a_o[:, None] + coef * a_t, jnp.zeros_like(r_t))
     return out.astype(out_dtype)
@@ -128,7 +116,6 @@ def mt_grpo_advantages(
 @jit_grouped(
     anchors=True,
     check=check_values(gamma=UNIT, omega=FINITE),
-    prepare=resolve_normalization(("scale", "eps")),
 )
 def gigpo_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -140,8 +127,6 @@ def gigpo_advantages(
     gamma: float | Float[Array, ""] = 0.95,
     omega: float | Float[Array, ""] = 1.0,
     normalization: Normalization | None = None,
-    scale: str = "group",
-    eps: float | Float[Array, ""] = 1e-6,
 ) -> Float[Array, "B K"]:
     """GiGPO: episode advantage per prompt plus ``ω`` × step advantage within anchor-state groups.
 
@@ -156,9 +141,9 @@ def gigpo_advantages(
     same prompt whose ``anchor_ids`` is equal: steps that acted on the same environment state are
     compared with each other. Both stds are unbiased (``ddof=1``) with ``eps`` added (the
     defaults of :class:`credax.Normalization`; ``normalization=`` changes both levels);
-    ``scale="none"`` (GiGPO's ``mean_norm``) only subtracts the mean, at both levels. Degenerate
-    groups: an anchor group of one step, or whose returns are all equal, gives step advantage
-    exactly ``0`` (GiGPO's rule); an episode group of one trajectory gives episode advantage ``0``
+    ``Normalization(scale="none")`` (GiGPO's ``mean_norm``) only subtracts the mean, at both
+    levels. Degenerate groups: an anchor group of one step, or whose returns are all equal, gives
+    step advantage exactly ``0`` (GiGPO's rule); an episode group of one trajectory gives episode advantage ``0``
     and a zero-spread one gives ``0`` (credax's ``group_normalize`` defaults). Trajectories with no
     valid turn (padding rows) take no part in any statistic.
 
@@ -178,12 +163,10 @@ def gigpo_advantages(
       gamma: step discount ``γ``; may be traced. GiGPO uses 0.95.
       omega: weight ``ω`` of the step advantage (``step_advantage_w``); may be traced.
       normalization: the options of both normalisations as one :class:`credax.Normalization`
-        (default ``Normalization()``: unbiased std, ``+eps``, singletons ``0``); ``scale`` and
-        ``eps`` given explicitly override its fields.
-      scale: static; ``"group"`` divides by ``std + eps`` (``mean_std_norm``), ``"none"`` only
-        centres (``mean_norm``, verl-agent's config default), ``"batch"`` divides by the std of
-        all episodes / all steps. ``True``/``False`` are deprecated spellings.
-      eps: added to both stds; may be traced.
+        (default ``Normalization()``: unbiased std, ``+eps``, singletons ``0``). Its ``scale``:
+        ``"group"`` divides by ``std + eps`` (``mean_std_norm``), ``"none"`` only centres
+        (``mean_norm``, verl-agent's config default), ``"batch"`` divides by the std of all
+        episodes / all steps; its ``eps`` is added to both stds and may be traced.
 
     Returns:
       ``float[B, K]`` in the promoted floating dtype of the two reward inputs (float32 for integer
@@ -191,8 +174,8 @@ def gigpo_advantages(
 
     Raises:
       TypeError: non-numeric rewards, non-integer ``anchor_ids`` or ``group_ids``, non-boolean
-        ``turn_mask``.
-      ValueError: shapes disagree, an unknown ``scale``.
+        ``turn_mask``, a ``normalization`` that is not a :class:`credax.Normalization`.
+      ValueError: shapes disagree.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -202,7 +185,7 @@ def gigpo_advantages(
       >>> anchors = jnp.array([[5, 8], [5, 9]])
       >>> mask = jnp.ones((2, 2), bool)
       >>> adv = credax.gigpo_advantages(outcome, steps, anchors, mask, jnp.array([0, 0]),
-      ...                               gamma=0.5, eps=0.0)
+      ...                               gamma=0.5, normalization=credax.Normalization(eps=0.0))
       >>> # A^E = ±0.7071; G = (0.5, 1) and (0, 0); anchor 5: ±0.7071; anchors 8, 9: singletons -> 0
       >>> [[round(float(v), 4) for v in row] for row in adv]
       [[1.4142, 0.7071], [-1.4142, -0.7071]]
@@ -224,7 +207,8 @@ def gigpo_advantages(
     # Episode level: one entry per trajectory (the paper's Eq. 3), padding rows excluded.
     has_turn = jnp.any(turn_mask, axis=1)
     r, has_turn, _ = prepare(r.astype(dt), group_ids, has_turn, "outcome_rewards")
-    a_e = normalize_with_groups(r, group_ids, has_turn, normalization)
+    opts = normalization_or(normalization)
+    a_e = normalize_with_groups(r, group_ids, has_turn, opts)
 
     # Step level: flatten [B, K] to B*K entries and group by the key pair (prompt, anchor), so a
     # state revisited at another turn index, or by another trajectory, joins the same group.
@@ -234,7 +218,7 @@ def gigpo_advantages(
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape).reshape(n)
     flat_mask = turn_mask.reshape(n)
     anchor_groups = groups_from_keys(prompt, anchors.reshape(n), valid=flat_mask)
-    a_s = normalize_with_groups(g_k.reshape(n), anchor_groups, flat_mask, normalization)
+    a_s = normalize_with_groups(g_k.reshape(n), anchor_groups, flat_mask, opts)
     a_s = a_s.reshape(s.shape)
 
     omega = _checks.scalar(omega, dt, "omega")

@@ -50,15 +50,10 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, UNIT, check_values, jit_public
-from ._groups import (
-    Groups,
-    Normalization,
-    check_x_and_groups,
-    jit_grouped,
-    normalize_with_groups,
-    peer_mean_with_groups,
-    resolve_normalization,
-)
+from ._group_ids import Groups
+from ._group_stats import check_x_and_groups
+from ._grouping import jit_grouped, normalization_or, normalize_with_groups, peer_mean_with_groups
+from ._normalization import Normalization
 from ._turns import (
     discount_powers,
     masked_best_prior,
@@ -532,7 +527,6 @@ def _ordered_bits(s: jax.Array) -> jax.Array:
     check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
                        regression_weight=FINITE, hindsight_weight=FINITE, counterfactual_weight=FINITE,
                        initial=FINITE, gamma=UNIT),
-    prepare=resolve_normalization(),
 )
 def tcpo_advantages(
     scores: Float[Array, "B K"],
@@ -552,13 +546,6 @@ def tcpo_advantages(
     normalize: bool = True,
     gamma: float | Float[Array, ""] = 1.0,
     normalization: Normalization | None = None,
-    center: bool = True,
-    scale: str = "group",
-    ddof: int = 1,
-    eps: float | Float[Array, ""] = 1e-6,
-    eps_mode: str = "add",
-    singleton: str = "zero",
-    leave_one_out: bool = False,
 ) -> TCPO:
     """TCPO turn advantages: retrospective + hindsight (+ counterfactual), z-scored per (prompt, turn).
 
@@ -567,16 +554,16 @@ def tcpo_advantages(
 
         use_{i,k}    = selected ∧ H.eligible ∧ C.informative          (all false without alt_scores)
         credit_{i,k} = R_{i,k} + (w_c·C_{i,k} if use_{i,k} else w_h·H_{i,k})
-        z_{i,k}      = group_normalize(credit, group_ids, turn_mask, **options)   if normalize
+        z_{i,k}      = group_normalize(credit, group_ids, turn_mask, normalization=…)   if normalize
         A_{i,k}      = γ^k · z_{i,k}                 (the paper's γ^{k-1}, 1-based k)
 
     *(reading)* On a selected, eligible turn whose alternatives are informative, the
     counterfactual *replaces* the hindsight estimate ("refines" in the paper); elsewhere hindsight
     stands. Eligible turns have ``R = 0``, so adding ``H`` and replacing by ``H`` coincide. The
     z-score compares each turn with the same turn index of the other trajectories of its prompt
-    (``center``, ``scale``, ``ddof``, ``eps``, ``eps_mode``, ``singleton``, ``leave_one_out`` as
-    :func:`credax.group_normalize`; the TCPO reimplementation's population std with ``eps`` inside
-    the square root is ``ddof=0, eps_mode="sqrt", singleton="raw"``). ``A`` goes to every token of
+    (``normalization=``, as :func:`credax.group_normalize`; the TCPO reimplementation's
+    population std with ``eps`` inside the square root is
+    ``Normalization(ddof=0, eps_mode="sqrt", singleton="raw")``). ``A`` goes to every token of
     turn ``k`` through :func:`credax.broadcast_to_tokens`.
 
     The ablation ladder of the paper's Table 3 is reachable from here: ``hindsight_weight=0`` is
@@ -606,9 +593,9 @@ def tcpo_advantages(
         "counterfactuals on all turns").
       normalize: z-score per (prompt, turn) (static).
       gamma: ``γ``, turn ``k`` is weighted by ``γ^k`` after normalisation. May be traced.
-      normalization, center, scale, ddof, eps, eps_mode, singleton, leave_one_out: the options
-        of :func:`credax.group_normalize` for the z-score, as one :class:`credax.Normalization` or
-        as keywords (``eps`` may be traced, the rest are static).
+      normalization: the options of :func:`credax.group_normalize` for the z-score, one
+        :class:`credax.Normalization` (``None``: ``Normalization()``; its ``eps`` may be traced,
+        the rest is static).
 
     Returns:
       ``TCPO(advantages, credit, retrospective, hindsight, counterfactual)``: ``advantages`` and
@@ -618,6 +605,7 @@ def tcpo_advantages(
 
     Raises:
       TypeError: non-boolean masks, non-integer ``group_ids``.
+      TypeError: a ``normalization`` that is not a :class:`credax.Normalization`.
       ValueError: shapes disagree, unknown options, ``alt_mask`` or ``selected`` without
         ``alt_scores``.
 
@@ -684,8 +672,9 @@ def tcpo_advantages(
     )
     credit = jnp.where(mask, retro.credit + refined, jnp.zeros_like(s))
     if normalize:
-        # credit is a long expression of the inputs: see _groups._block_stats on long_input.
-        z = normalize_with_groups(credit, group_ids, mask, normalization, long_input=True)
+        # credit is a long expression of the inputs: see _group_stats._block_stats on long_input.
+        opts = normalization_or(normalization)
+        z = normalize_with_groups(credit, group_ids, mask, opts, long_input=True)
     else:
         z = credit
     weights = discount_powers(s.shape[1], hyper(gamma, "gamma"))

@@ -44,8 +44,11 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import FINITE, NON_NEGATIVE, check_values, jit_public
-from ._groups import Groups, Normalization, normalize_with_groups, segment_stats
+from ._api import FINITE, check_values, jit_public
+from ._group_ids import Groups
+from ._group_stats import segment_stats
+from ._grouping import normalization_or, normalize_with_groups
+from ._normalization import MOVED_TO_NORMALIZATION, Normalization, as_normalization
 from ._validate import check_bool_mask, check_prefix_mask, host_array, row_mask_array
 
 
@@ -68,6 +71,8 @@ NUM_ROLES = len(Role)
 UNLABELED = -1
 
 TRIAGE_ROLE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
+# The opt-in batch whitening of triage_advantages: the population std, +1e-8 (TRIAGE v3's form).
+WHITEN = Normalization(ddof=0, eps=1e-8)
 """``(c_D, c_E, c_N, c_R)``, indexed by :class:`Role`: the paper's constants, fixed across tasks."""
 
 
@@ -163,8 +168,10 @@ def role_credit(
 
 
 @jit_public(
-    static_argnames=("whiten",), check=check_values(lam=FINITE, whiten_eps=NON_NEGATIVE),
-    replicate=True,
+    static_argnames=("whiten",), check=check_values(lam=FINITE),
+    convert={"normalization": as_normalization}, replicate=True,
+    hints={**MOVED_TO_NORMALIZATION, "whiten_eps": "Pass `normalization=credax.Normalization("
+           "ddof=0, eps=...)` with `whiten=True`."},
 )
 def triage_advantages(
     outcome_advantages: Float[Array, " B"],
@@ -174,7 +181,7 @@ def triage_advantages(
     lam: float | Float[Array, ""] = 0.2,
     constants: Float[Array, " 4"] | Sequence[float | Float[Array, ""]] = TRIAGE_ROLE_CONSTANTS,
     whiten: bool = False,
-    whiten_eps: float | Float[Array, ""] = 1e-8,
+    normalization: Normalization | None = None,
 ) -> Float[Array, "B K"]:
     """Role-typed turn advantage: ``A_{i,k} = A_i + λ · c[ρ_{i,k}]`` on valid turns.
 
@@ -182,7 +189,8 @@ def triage_advantages(
     the outcome advantage broadcast over the valid turns (GRPO when ``A`` is GRPO's).
 
     ``whiten=True`` then z-scores the result over *all valid turns of the batch* (one set, not per
-    prompt or per turn index) with the population std: ``(x - μ) / (σ + whiten_eps)``; a batch
+    prompt or per turn index) with ``normalization`` (default ``WHITEN``, the population std:
+    ``(x - μ) / (σ + 1e-8)``); a batch
     whose valid values are all equal (or a single valid turn) gives ``0``. **Unverified**: this step
     is reported only by a third-party "TRIAGE v3" reimplementation (not by the authors), not by the
     paper or any quoted source; it is off by default. Note that it rescales the outcome part too and
@@ -199,19 +207,23 @@ def triage_advantages(
         (ALFWorld, WebShop) and 0.4 (Search-QA).
       constants: ``float[4]`` ``(c_D, c_E, c_N, c_R)``; may be traced.
       whiten: static; opt-in batch z-score of the result (unverified, see above).
-      whiten_eps: added to the population std when whitening; may be traced.
+      normalization: the whitening's options, a :class:`credax.Normalization` (default
+        ``Normalization(ddof=0, eps=1e-8)``); read only with ``whiten=True``. Its ``eps`` may be
+        traced.
 
     Returns:
       ``float[B, K]`` in the dtype of ``outcome_advantages`` (float32 for integer input); ``0`` at
       padded turns.
 
     Raises:
-      TypeError: non-integer ``roles``, non-boolean ``turn_mask``, non-bool ``whiten``.
+      TypeError: non-integer ``roles``, non-boolean ``turn_mask``, non-bool ``whiten``, a
+        ``normalization`` that is not a :class:`credax.Normalization`.
       ValueError: shapes disagree, ``constants`` is not ``[4]``, or ``lam`` is not a scalar.
 
     Examples:
       >>> import credax, jax.numpy as jnp
-      >>> a = credax.grpo_advantages(jnp.array([1.0, 0.0]), jnp.array([7, 7]), eps=0.0)
+      >>> a = credax.grpo_advantages(jnp.array([1.0, 0.0]), jnp.array([7, 7]),
+      ...                           normalization=credax.Normalization(eps=0.0))
       >>> R = credax.Role
       >>> roles = jnp.array([[R.DECISIVE, R.REGRESSION, -1], [R.EXPLORATION, R.NO_PROGRESS, 0]])
       >>> mask = jnp.array([[True, True, True], [True, True, False]])
@@ -245,7 +257,7 @@ def triage_advantages(
         n = out.size
         flat = normalize_with_groups(
             out.reshape(n), Groups(jnp.zeros((n,), jnp.int32), 1), turn_mask.reshape(n),
-            Normalization(ddof=0, eps=whiten_eps),
+            normalization_or(normalization, WHITEN),
         )
         out = flat.reshape(out.shape)
     return out.astype(out_dtype)

@@ -14,14 +14,10 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import UNIT, check_values
-from ._groups import (
-    Groups,
-    Normalization,
-    as_normalization,
-    check_x_and_groups,
-    jit_grouped,
-    normalize_with_groups,
-)
+from ._group_ids import Groups
+from ._group_stats import check_x_and_groups
+from ._grouping import jit_grouped, normalization_or, normalize_with_groups
+from ._normalization import Normalization
 from ._turns import masked_discounted_returns, prepare_turns
 
 # The default: leave-one-out centring, no std division, a row alone at its turn keeps its return
@@ -29,12 +25,7 @@ from ._turns import masked_discounted_returns, prepare_turns
 UNBIASED = Normalization(scale="none", eps=0.0, singleton="raw", leave_one_out=True)
 
 
-def _default_normalization(arguments, passed) -> None:
-    given = arguments.get("normalization")
-    arguments["normalization"] = UNBIASED if given is None else as_normalization(given)
-
-
-@jit_grouped(check=check_values(gamma=UNIT), prepare=_default_normalization)
+@jit_grouped(check=check_values(gamma=UNIT))
 def unbiased_turn_advantages(
     turn_rewards: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
@@ -126,5 +117,5 @@ def unbiased_turn_advantages(
     if r.shape[1] == 0:  # no turns: an empty [B, 0]
         return jnp.zeros(r.shape, out_dtype)
     g = masked_discounted_returns(r, turn_mask, _checks.scalar(gamma, r.dtype, "gamma"))
-    out = normalize_with_groups(g, group_ids, turn_mask, normalization)
+    out = normalize_with_groups(g, group_ids, turn_mask, normalization_or(normalization, UNBIASED))
     return out.astype(out_dtype)

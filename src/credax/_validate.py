@@ -92,7 +92,7 @@ def row_mask_array(row_mask, batch: int, like: str) -> np.ndarray | None:
 
 
 def check_group_ids(group_ids, batch: int) -> None:
-    from ._groups import Groups
+    from ._group_ids import Groups
 
     if isinstance(group_ids, Groups):
         # Already dense segment indices: every `group_ids` argument accepts a Groups.

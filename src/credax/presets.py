@@ -1,16 +1,14 @@
 """Parity presets: keyword arguments that make credax reproduce a peer framework's numbers.
 
 The normalisation presets are :class:`credax.Normalization` values, the complete set of
-normalisation options, so nothing falls back silently to a credax default. Pass one as a value,
-``credax.grpo_advantages(rewards, ids, normalization=credax.presets.VERL)``, or as keywords,
-``credax.grpo_advantages(rewards, ids, **credax.presets.VERL)`` (a ``Normalization`` is a read-only
-mapping of its fields). ``normalization=preset`` works with every estimator that normalises
-within groups; the keyword form only where the estimator still takes the loose keywords
-(``gigpo_advantages`` takes ``normalization=`` and its own ``scale``/``eps``, so ``**preset`` is
-a ``TypeError`` there; the keyword form is on its way out, issue #28). Change
+normalisation options, so nothing falls back silently to a credax default. Pass one as the
+``normalization=`` value of any estimator that normalises within groups,
+``credax.grpo_advantages(rewards, ids, normalization=credax.presets.VERL)``; that is the only
+way (a ``Normalization`` is not a mapping: ``**credax.presets.VERL`` is a ``TypeError``). Change
 one field with ``presets.VERL.replace(eps=1e-4)``. ``HGPO_VERL_AGENT`` is a read-only mapping of
-``hgpo_advantages`` keywords. The tests check each preset against a hand-worked example of the
-peer's formula.
+``hgpo_advantages`` keywords (its ``normalization`` among them), passed as
+``hgpo_advantages(..., **presets.HGPO_VERL_AGENT)``. The tests check each preset against a
+hand-worked example of the peer's formula.
 
 ===============  ===========================================================================
 preset           reproduces
@@ -56,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._groups import Normalization
+from ._normalization import Normalization
 
 
 class Options(Mapping):
@@ -109,7 +107,7 @@ VPR = Normalization(scale="group", ddof=0, eps=1e-8, eps_mode="add", singleton="
 # base_group=False, algorithm.gamma=0.95, epsilon 1e-6 (core_hgpo.py default).
 HGPO_VERL_AGENT = Options(
     dict(history=2, gamma=0.95, alpha=1.0, episode_group=False, episode_pooling="step",
-         episode_singleton="raw", scale="group", ddof=0, eps=1e-6)
+         episode_singleton="raw", normalization=Normalization(scale="group", ddof=0, eps=1e-6))
 )
 
 

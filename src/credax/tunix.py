@@ -71,8 +71,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import presets
-from ._groups import Groups, Normalization
+from ._group_ids import Groups
 from ._losses import kl_divergence, policy_loss
+from ._normalization import Normalization
 from ._outcome import grpo_advantages, rloo_advantages
 from ._shrinkage import shrinkage_advantages
 from ._tcpo import tcpo_advantages

@@ -82,7 +82,7 @@ from verl.trainer.ppo import core_algos
 
 import credax
 import credax.torch as ct
-from credax._groups import exact_id
+from credax._group_ids import exact_id
 
 __all__ = ["ESTIMATORS", "VerlTurns", "compute_advantage", "from_verl", "make_estimator",
            "register", "turns_from_response_mask", "uid_to_group_ids"]
@@ -104,7 +104,7 @@ class VerlTurns(NamedTuple):
 
 def _dense_codes(values, where) -> np.ndarray:
     """Any hashable values → dense int32 codes, equal exactly where the values are equal by type
-    and value (:func:`credax._groups.exact_id`: ``1``, ``1.0``, ``True`` and ``"1"`` are four
+    and value (:func:`credax._group_ids.exact_id`: ``1``, ``1.0``, ``True`` and ``"1"`` are four
     ids; a NaN raises). ``where(i)`` names value ``i`` in an error."""
     codes: dict = {}
     return np.fromiter((codes.setdefault(exact_id(v, where(i)), len(codes))
@@ -324,14 +324,13 @@ def _advantages(method: str, options: dict, num_turns: int | None, token_level_r
         else:
             scale = method == "grpo" and bool(_config_get(config, "norm_adv_by_std_in_grpo", True))
             preset = credax.presets.VERL if scale else credax.presets.VERL_DR_GRPO
-            row = ct.grpo_advantages(v.outcome, v.group_ids, **{**preset, **options})
+            row = ct.grpo_advantages(v.outcome, v.group_ids, **{"normalization": preset, **options})
         return torch.where(on_tokens, row[:, None], torch.zeros((), dtype=row.dtype))
     if method == "tcpo":
         turn = ct.tcpo_advantages(v.turn_scores, v.turn_mask, v.group_ids, **options).advantages
     elif method == "triage":
         roles = _require(v.roles, "turn_roles", method)
-        outcome_options = dict(credax.presets.VERL)
-        outcome_options.update(options.pop("outcome_options", {}))
+        outcome_options = {"normalization": credax.presets.VERL, **options.pop("outcome_options", {})}
         outcome = ct.grpo_advantages(v.outcome, v.group_ids, **outcome_options)
         turn = ct.triage_advantages(outcome, roles, v.turn_mask, **options)
     elif method == "mt_grpo":

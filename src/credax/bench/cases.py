@@ -53,7 +53,9 @@ LAM = 0.2
 EPS = 1e-6
 # TCPO options of the public reimplementation (population std, eps inside the square root,
 # sets of fewer than two keep their raw credit), so that the torch peer computes the same numbers.
-TCPO_OPTIONS = dict(ddof=0, eps_mode="sqrt", eps=EPS, singleton="raw")
+# The fields of TCPO's z-score in the peers' form (credax.Normalization(**TCPO_NORMALIZATION)); a
+# dict, since this module imports credax (and so JAX) only once the platform is chosen.
+TCPO_NORMALIZATION = dict(ddof=0, eps_mode="sqrt", eps=EPS, singleton="raw")
 TCPO_GAMMA = 0.9
 
 PRESETS = ("quick", "default", "targets", "gpu")
@@ -264,7 +266,7 @@ def case_grpo(env: Env, runner: Runner, batch: int) -> None:
     env.jax.block_until_ready(g.index)
     r_sorted_j = env.put(rewards[order])
     c = credax.groups(ids[order], layout="contiguous", group_size=g_size)
-    opts = dict(credax.presets.VERL)
+    opts = dict(normalization=credax.presets.VERL)
     inputs = r_j.nbytes + ids_j.nbytes
     impls = [
         Impl("credax_raw_ids", env.jax_run(credax.grpo_advantages, r_j, ids_j, **opts),
@@ -333,7 +335,7 @@ def case_tcpo(env: Env, runner: Runner, batch: int, num_turns: int) -> None:
     order, unsort = contiguous_order(ids)
     s_c, m_c = env.put(scores[order]), env.put(turn_mask[order])
     c = credax.groups(ids[order], layout="contiguous", group_size=g_size)
-    opts = dict(TCPO_OPTIONS, gamma=TCPO_GAMMA)
+    opts = dict(normalization=credax.Normalization(**TCPO_NORMALIZATION), gamma=TCPO_GAMMA)
     adv = lambda out: as_numpy(out.advantages)
     adv_c = lambda out: as_numpy(out.advantages)[unsort]
     # What a training step pays: the call inside the step's jit, only the advantages used (XLA
@@ -780,7 +782,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     (s1, m1, g1, ids1), (s2, m2, g2, ids2) = d1, d2
     r1, r2 = s1[:, 0], s2[:, 0]  # [B] rewards
     add("groups (raw ids)", credax.groups, (put(ids1),), (put(ids2),),
-        jitted=credax._groups._representatives_jit)
+        jitted=credax._group_ids._representatives_jit)
     order1, order2 = np.argsort(ids1, kind="stable"), np.argsort(ids2, kind="stable")
     add("groups (contiguous, host ids)", credax.groups, (ids1[order1],), (ids2[order2],),
         {"layout": "contiguous", "group_size": g_size}, jitted=None)

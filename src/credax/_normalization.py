@@ -1,0 +1,250 @@
+"""Normalization: the options of every group normalisation, as one immutable value.
+
+Every estimator that normalises within groups takes exactly one of these as ``normalization=``
+(the presets of ``credax.presets`` are instances); nothing else passes normalisation options. The
+arithmetic that applies it is ``_grouping.normalize_with_groups``.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from . import _api, _checks
+from ._api import NON_NEGATIVE
+
+SINGLETON_MODES = ("zero", "raw")
+EPS_MODES = ("add", "sqrt")
+SCALE_MODES = ("group", "batch", "none")
+# The fields of Normalization (an estimator takes them only inside one `normalization=` value).
+NORMALIZE_KEYS = ("center", "scale", "ddof", "eps", "eps_mode", "singleton", "leave_one_out")
+_DEPRECATED_SCALE = {True: "group", False: "none"}
+# The TypeError of a removed loose keyword (`scale=...` on an estimator) says where it went.
+MOVED_TO_NORMALIZATION = {
+    key: (f"Normalisation options are one value: `normalization=credax.Normalization({key}=...)` "
+          "(or a preset such as credax.presets.VERL), on the estimators that normalise.")
+    for key in NORMALIZE_KEYS
+}
+
+
+def _warn_deprecated(message: str) -> None:
+    """A ``DeprecationWarning`` attributed to the first caller outside credax (so it is shown)."""
+    frame, level = sys._getframe(1), 2  # level 2 is the frame that called _warn_deprecated
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("credax"):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)
+
+
+@jax.tree_util.register_pytree_node_class
+class Normalization:
+    """How a group normalisation centres and scales: one immutable value for every estimator.
+
+    For the peer set ``P`` of an entry (valid entries of the same group at the same trailing
+    index), with ``n = |P|``, mean ``μ`` and ``σ = sqrt(Σ (x - μ)² / (n - ddof))``::
+
+        scale="group"   (x - μ) / (σ + eps)          eps_mode="add"  (verl, TRL)
+                        (x - μ) / sqrt(σ² + eps)     eps_mode="sqrt"
+        scale="batch"   (x - μ) / (σ_batch + eps)    σ over every valid entry of the batch at that
+                                                     trailing index (TRL scale_rewards="batch")
+        scale="none"    x - μ                        (Dr. GRPO)
+        leave_one_out   μ is the mean of the *other* entries: x - μ_{-i} = n/(n-1) (x - μ)  (RLOO)
+
+    A set whose valid values are all identical gives exactly ``0`` whatever ``eps``; a singleton
+    set (``n == 1`` or ``n - ddof <= 0``) gives ``0`` (``singleton="zero"``) or ``x``
+    (``"raw"``, verl's mean 0 / std 1 convention).
+
+    Every estimator that normalises within groups takes one as ``normalization=``, the only way
+    to pass these options (no estimator takes them as loose keywords); the presets of
+    ``credax.presets`` are instances. It is a pytree: ``eps`` is its only leaf (it may be traced,
+    so a schedule does not recompile), the other fields are static. It is not a mapping:
+    ``f(**credax.presets.VERL)`` is a ``TypeError``; write ``f(normalization=credax.presets.VERL)``.
+
+    Attributes:
+      center: subtract the peer mean. ``False`` is deprecated (see below).
+      scale: ``"group"`` (the set's std), ``"batch"`` (the batch std) or ``"none"``.
+      ddof: delta degrees of freedom of the std (1 = unbiased, as torch ``std``).
+      eps: added to the std (``"add"``) or to the variance (``"sqrt"``); a float or a traced scalar.
+      eps_mode: ``"add"`` or ``"sqrt"``.
+      singleton: ``"zero"`` or ``"raw"``.
+      leave_one_out: centre on the mean of the other entries.
+
+    Deprecated spellings (each warns with a ``DeprecationWarning`` naming the replacement, and
+    still computes what it did): ``scale=True`` is ``"group"``, ``scale=False`` is ``"none"``;
+    ``singleton="center"`` (equal to ``"zero"`` for ``ddof <= 1``, the centred unscaled value for
+    larger ``ddof``); ``center=False`` (no estimator or preset uses it).
+
+    Raises:
+      ValueError: an unknown ``scale``, ``eps_mode`` or ``singleton``; a negative ``ddof``; a
+        concrete ``eps`` that is negative or not finite.
+      TypeError: ``center`` / ``leave_one_out`` not bools, ``ddof`` not an int.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> dr_grpo = credax.Normalization(scale="none")
+      >>> dr_grpo.scale, dr_grpo.eps, dr_grpo.singleton
+      ('none', 1e-06, 'zero')
+      >>> r, ids = jnp.array([1.0, 0.0, 0.5, 0.5]), jnp.array([0, 0, 1, 1])
+      >>> credax.grpo_advantages(r, ids, normalization=dr_grpo)
+      Array([ 0.5, -0.5,  0. ,  0. ], dtype=float32)
+      >>> credax.presets.VERL.replace(eps=1e-4).eps
+      0.0001
+      >>> credax.presets.TRL.replace(scale="batch").scale
+      'batch'
+    """
+
+    # `_checked`: built by the constructor (or a copy), so its fields need no check on use;
+    # tree_unflatten builds unchecked values (see check_normalization).
+    __slots__ = (*NORMALIZE_KEYS, "_checked")
+
+    def __init__(
+        self,
+        *,
+        center: bool = True,
+        scale: str = "group",
+        ddof: int = 1,
+        eps: float | Float[Array, ""] = 1e-6,
+        eps_mode: str = "add",
+        singleton: str = "zero",
+        leave_one_out: bool = False,
+    ):
+        if isinstance(scale, bool | np.bool_):
+            replacement = _DEPRECATED_SCALE[bool(scale)]
+            _warn_deprecated(f"`scale={bool(scale)}` is deprecated; use `scale={replacement!r}` "
+                             "(the same normalisation).")
+            scale = replacement
+        values = _checked_fields((center, scale, ddof, eps, eps_mode, singleton, leave_one_out))
+        if singleton == "center":
+            _warn_deprecated("`singleton='center'` is deprecated; use `singleton='zero'` (the same "
+                             "result for ddof <= 1: a set of one centred is 0).")
+        if not center:
+            _warn_deprecated(
+                "`center=False` is deprecated (no credax estimator or preset uses it) and will be "
+                "removed. Replacement: with scale='none' it returns x unchanged, use "
+                "`jnp.where(mask, x, 0)`; an uncentred std division has no replacement."
+            )
+        for key, value in zip(NORMALIZE_KEYS, values, strict=True):
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "_checked", True)
+
+    def __reduce__(self):
+        # copy, deepcopy and pickle rebuild through the checks (no second deprecation warning);
+        # the default protocol would set the slots through the refusing __setattr__.
+        return (_rebuild_normalization, (tuple(getattr(self, k) for k in NORMALIZE_KEYS),))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Normalization is immutable; use `.replace({name}=...)`.")
+
+    def replace(self, **changes) -> Normalization:
+        """A copy with some fields changed (checked, and warned about, as in the constructor)."""
+        unknown = set(changes) - set(NORMALIZE_KEYS)
+        if unknown:
+            raise TypeError(f"Normalization has no field(s) {sorted(unknown)}; fields: "
+                            f"{list(NORMALIZE_KEYS)}.")
+        return Normalization(**{**self.asdict(), **changes})
+
+    def asdict(self) -> dict:
+        """The fields as a new dict (``Normalization(**n.asdict())`` rebuilds ``n``).
+
+        A ``Normalization`` is deliberately not a mapping: ``**preset`` is a ``TypeError``, so the
+        options reach an estimator only through ``normalization=``."""
+        return {k: getattr(self, k) for k in NORMALIZE_KEYS}
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in NORMALIZE_KEYS)
+        return f"Normalization({fields})"
+
+    # A pytree: eps is the leaf, the rest is static (hashable aux data).
+    def tree_flatten(self):
+        static = tuple(getattr(self, k) for k in NORMALIZE_KEYS if k != "eps")
+        return (self.eps,), static
+
+    @classmethod
+    def tree_unflatten(cls, static, children):
+        # No check here (and no second warning): under a transformation `eps` may be a tracer or
+        # a sentinel. A rebuilt value (tree_map, hand-made aux data) is checked where it is used:
+        # every estimator passes its `normalization` through check_normalization first.
+        out = object.__new__(cls)
+        keys = [k for k in NORMALIZE_KEYS if k != "eps"]
+        for key, value in zip(keys, static, strict=True):
+            object.__setattr__(out, key, value)
+        object.__setattr__(out, "eps", children[0])
+        object.__setattr__(out, "_checked", False)
+        return out
+
+
+def _check_eps(eps) -> None:
+    """``eps`` is a non-negative finite real scalar (concrete) or a traced real scalar."""
+    if isinstance(eps, jax.core.Tracer):
+        kind = eps.dtype
+    elif type(eps) is float or type(eps) is int:
+        kind = None
+    elif isinstance(eps, np.ndarray | np.generic | jax.Array) and not isinstance(eps, np.bool_):
+        kind = eps.dtype
+        real = jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)
+        if real and np.ndim(eps) != 0:
+            raise ValueError(f"`eps` must be a scalar; got shape {np.shape(eps)}.")
+    else:
+        kind = False
+    if kind is False or (kind is not None and not (jnp.issubdtype(kind, jnp.floating)
+                                                  or jnp.issubdtype(kind, jnp.integer))):
+        shape = f" of shape {np.shape(eps)}" if hasattr(eps, "shape") else ""
+        raise TypeError(f"`eps` must be a real number (a Python float or a 0-d real array, which "
+                        f"may be traced); got {type(eps).__name__}{shape} {eps!r}.")
+    _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
+
+
+def _checked_fields(values: tuple) -> tuple:
+    """The fields of a Normalization, checked as the constructor checks them (no warnings:
+    deprecated spellings are allowed here and warned about by the constructor only)."""
+    center, scale, ddof, eps, eps_mode, singleton, leave_one_out = values
+    _checks.check_option(scale, "scale", SCALE_MODES)
+    _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
+    _checks.check_option(singleton, "singleton", (*SINGLETON_MODES, "center"))
+    if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
+        raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
+                        f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
+    ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
+    _check_eps(eps)
+    return center, scale, ddof, eps, eps_mode, singleton, leave_one_out
+
+
+def _rebuild_normalization(values: tuple) -> Normalization:
+    """A Normalization from its field values, checked (copy, deepcopy and pickle use it)."""
+    out = object.__new__(Normalization)
+    for key, value in zip(NORMALIZE_KEYS, _checked_fields(values), strict=True):
+        object.__setattr__(out, key, value)
+    object.__setattr__(out, "_checked", True)
+    return out
+
+
+def check_normalization(norm: Normalization) -> Normalization:
+    """``norm`` checked as the constructor checks it, for a value that may not come from the
+    constructor: ``tree_unflatten`` (``tree_map``, a transformation's output) sets the fields
+    without any check, since JAX unflattens with tracers and sentinels. A value the constructor
+    (or ``replace``, a copy, a pickle) built is checked already and returned as it is, so an
+    ordinary call pays one attribute read; a traced ``eps`` is left as it is."""
+    if not norm._checked:
+        _checked_fields(tuple(getattr(norm, k) for k in NORMALIZE_KEYS))
+    return norm
+
+
+def as_normalization(value, name: str = "normalization") -> Normalization | None:
+    """``value`` checked as the ``normalization=`` argument of an estimator, on the host before
+    tracing: a :class:`Normalization` (checked), or ``None`` (the estimator's own default).
+
+    Raises:
+      TypeError: anything else, naming ``name`` (a dict of fields, a preset's name, a loss preset).
+    """
+    if value is None:
+        return None
+    if isinstance(value, Normalization):
+        return check_normalization(value)
+    hint = (" (a mapping is not accepted: build `credax.Normalization(**fields)`)"
+            if hasattr(value, "keys") else "")
+    raise TypeError(f"`{name}` must be a credax.Normalization (e.g. credax.presets.VERL) or None; "
+                    f"got {type(value).__name__}{hint}.")
