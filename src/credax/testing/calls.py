@@ -183,12 +183,12 @@ _NOTES = {
     "unbiased_turn": "Turn baseline (verl #7244): the turn's return to go (its reward and the "
                      "later ones) minus the mean return to go of the prompt group's other "
                      "rollouts that reached the same turn; unbiased under variable turn counts.",
-    "hgpo": "HGPO: the turn's discounted return z-scored within groups of turns that share the "
-            "last anchor states of their history, the levels weighted and summed with the "
-            "episode level.",
-    "g2po": "G2PO: the rollout's GRPO value plus the edge advantage of the turn's move in the "
-            "prompt's graph of anchor states (the value of the state reached minus the state "
-            "left).",
+    "hgpo": "HGPO: the turn's discounted return z-scored within the prompt group's turns that "
+            "share its last k anchor states (k = 1, 2, 3), the levels averaged with weights "
+            "(k + 1); a level where the turn's group is a singleton or has no spread abstains.",
+    "g2po": "G2PO: the rollout's normalised outcome plus the turn's edge in the prompt's graph "
+            "of anchor states: the value of the state it reached, normalised among the turns "
+            "that left the same state, plus its gain over the state it left (normalised).",
     "gpg": "GPG: the rollout's outcome minus its prompt group's mean, scaled by the batch's "
            "inverse share of nonzero outcomes; the same value on every turn.",
 }
