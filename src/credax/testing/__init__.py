@@ -82,6 +82,7 @@ found, for fast CI); deadlines and the example database are off. Do not call a c
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from . import calls as calls  # the call table: no hypothesis needed
 from .batch import DEFAULT_SHAPES as DEFAULT_SHAPES
@@ -101,6 +102,18 @@ _NEEDS_HYPOTHESIS = {
     "token_layouts": "strategies",
     "turn_batches": "strategies",
 }
+
+
+if TYPE_CHECKING:  # what a type checker and the API pages see; at run time, __getattr__ below
+    from .invariants import check_finite_gradients as check_finite_gradients
+    from .invariants import check_group_isolation as check_group_isolation
+    from .invariants import check_group_zero_mean as check_group_zero_mean
+    from .invariants import check_jit_matches_eager as check_jit_matches_eager
+    from .invariants import check_masked_zero as check_masked_zero
+    from .invariants import check_padding_invariance as check_padding_invariance
+    from .invariants import check_permutation_equivariance as check_permutation_equivariance
+    from .strategies import token_layouts as token_layouts
+    from .strategies import turn_batches as turn_batches
 
 
 def __getattr__(name: str):
