@@ -38,7 +38,7 @@ prompt id):
                    rollouts' at the same turn
 =================  =================================================================
 
-Each method is the call table's canonical call (:mod:`credax.testing.calls`) on the rollouts as
+Each method is the call table's canonical call (``credax.testing.calls``) on the rollouts as
 a :class:`credax.testing.TurnBatch` (:func:`turn_batch`: the outcome as the row's reward, the
 environment step rewards as the per-turn rewards, the anchors as the anchor states).
 

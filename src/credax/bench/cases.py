@@ -768,7 +768,7 @@ def _sweep_name(label: str) -> str:
 
 def entry_points(env: Env, cfg: Config) -> list[Entry]:
     """Every public entry point of credax, with inputs at the sweep size of ``cfg``: every call of
-    the call table (:mod:`credax.testing.calls`: each public array function and its variants) on
+    the call table (``credax.testing.calls``: each public array function and its variants) on
     two batches of the same shape, the table's numeric option changed for the recompilation
     check; then the layouts of ``groups`` and the host-side functions."""
     from credax.testing import calls

@@ -15,7 +15,7 @@ an ``AssertionError`` whose message names the invariant and shows the minimal co
 hypothesis shrank to: the batch, the perturbation, and the entries that moved. The checkers and
 strategies need ``hypothesis`` (``pip install hypothesis``, or a clone's extra:
 ``pip install '/path/to/credax[testing]'``), imported on their first use; ``import credax`` does
-not import it, and neither do :class:`TurnBatch` and the call table :mod:`credax.testing.calls`
+not import it, and neither do :class:`TurnBatch` and the call table ``credax.testing.calls``
 (how to call each public function on a batch).
 
 The function under test

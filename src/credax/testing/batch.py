@@ -43,7 +43,7 @@ class TurnBatch(NamedTuple):
         tokens (see :func:`token_layouts`).
 
     The optional fields below default to ``None``; :func:`turn_batches` leaves them so, and the
-    call table (:mod:`credax.testing.calls`) derives what it needs from the fields above (the
+    call table (``credax.testing.calls``) derives what it needs from the fields above (the
     two with a default) or says which field an entry needs (the rest).
 
     Attributes:
