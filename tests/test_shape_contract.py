@@ -12,7 +12,10 @@ without that entry are wrapped as they are. Then:
 * every shape-mismatched call (each array argument in turn gets one more row, one more entry on
   its last axis, or one more axis) is rejected — by the contract (``jaxtyping.TypeCheckError``)
   or by credax's own check, a ``ValueError``/``TypeError`` whose message names an argument of
-  the function — unless the table below says the mutated shape is accepted, and why.
+  the function — unless the call table says the mutated shape is accepted, and why
+  (``credax.testing.calls``: each entry's ``free`` shapes).
+
+The calls themselves come from the call table: every canonical call, and its variants.
 
 ``credax.nnx.sequence_logprobs`` (the model-facing entry) gets the same two checks on a bigram
 model. beartype is a test-only dependency (the ``dev`` extra); credax never imports it.
@@ -48,23 +51,12 @@ CALLS: dict[str, tuple[tuple, dict]] = {name: c.args(BATCH) for name, c in calls
 EXTRA_CALLS: dict[str, tuple[str, tuple, dict]] = {
     label: (c.name, *c.args(BATCH)) for label, c in calls.VARIANTS.items()}
 
-# (function, argument, mutation) -> why the mutated shape is a valid call. Mutations: "row" one
-# more row (axis 0), "last" one more entry on the last axis (2-D and up), "axis" one more
-# trailing axis. Each entry is a shape the annotation leaves free and credax accepts.
-ACCEPTED = {
-    ("broadcast_to_tokens", "turn_values", "last"): "K is free: token_turn indexes into it",
-    ("broadcast_to_tokens", "token_turn", "last"): "T is free: it sets the output length",
-    ("group_count", "mask", "last"): "mask is `B *rest`: any trailing shape",
-    ("group_count", "mask", "axis"): "mask is `B *rest`: any trailing shape",
-    ("judge_windows", "turn_mask", "row"): "its only array: any [B, K]",
-    ("judge_windows", "turn_mask", "last"): "its only array: any [B, K]",
-    ("reinforce_pp_baseline_advantages", "response_mask", "last"): "T is free: it sets the output length",
-    ("token_entropy", "logits", "last"): "V is free",
-    ("token_logprobs", "logits", "last"): "V is free (the tokens stay below it)",
-    ("token_logprobs_from_hidden", "unembedding", "last"): "V is free (the tokens stay below it)",
-    ("vapo_lambda", "mask", "row"): "its only array: any [B, N]",
-    ("vapo_lambda", "mask", "last"): "its only array: any [B, N]",
-}
+# (function, argument, mutation) -> why the mutated shape is a valid call, from the table
+# (Call.free). Mutations: "row" one more row (axis 0), "last" one more entry on the last axis
+# (2-D and up), "axis" one more trailing axis. Each entry is a shape the annotation leaves free
+# and credax accepts.
+ACCEPTED = {(name, arg, how): why for name, c in calls.CALLS.items()
+            for arg, hows, why in c.free for how in hows}
 
 
 def _annotated(fn) -> bool:
@@ -92,6 +84,7 @@ def checked(fn):
 def test_catalogue_covers_every_public_array_function():
     assert sorted(CALLS) == public_array_functions()
     assert {name for name, _, _ in ACCEPTED} <= set(CALLS)
+    assert len(ACCEPTED) == 12  # the free shapes of 9 functions (Call.free): none lost
     assert set(ACCEPTED) <= {(_function(label), arg, how) for label, arg, how in MUTATIONS}
     # every public estimator is in the table's estimators, every other function in its tools
     assert {n for n in public_array_functions() if calls.is_estimator(n)} == set(calls.ESTIMATORS)

@@ -81,6 +81,9 @@ class Call:
       note: what ``credax.explain``'s page says about that method.
       tuning: ``(options, changed)``: a numeric option of the bench sweep and a second value of
         it (traced: changing it must not recompile); ``None`` where there is none.
+      free: ``((argument, mutations, why), ...)``: shapes the annotation leaves free, which the
+        shape contract must accept (``"row"`` one more row, ``"last"`` one more entry on the last
+        axis, ``"axis"`` one more trailing axis).
     """
 
     name: str
@@ -92,6 +95,7 @@ class Call:
     explain: str | None = None
     note: str | None = None
     tuning: tuple[dict, dict] | None = None
+    free: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     adapter: Callable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -221,7 +225,8 @@ _ESTIMATORS = [
           "token", needs=("logp",), tuning=({"gamma": 1.0}, {"gamma": 0.9})),
     _call("reinforce_pp_baseline_advantages",
           lambda b, ns: _args(b.rewards, b.group_ids, token_mask(b)), "token",
-          needs=("token_turn",)),
+          needs=("token_turn",),
+          free=(("response_mask", ("last",), "T is free: it sets the output length"),)),
     _call("tcpo_advantages", _tcpo, "turn", output=_advantages, checks=CENTRED, explain="tcpo",
           note=_NOTES["tcpo"], tuning=({"gamma": 0.9, "hindsight_weight": 1.0},
                                        {"gamma": 0.8, "hindsight_weight": 0.5})),
@@ -293,7 +298,8 @@ def _old_logp(b):
 _TOOLS = [
     _call("group_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn",
           checks=COMMON),
-    _call("group_count", lambda b, ns: _args(b.group_ids, b.turn_mask), "turn"),
+    _call("group_count", lambda b, ns: _args(b.group_ids, b.turn_mask), "turn",
+          free=(("mask", ("last", "axis"), "mask is `B *rest`: any trailing shape"),)),
     _call("peer_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn",
           output=lambda out: out.mean, checks=COMMON),
     _call("degenerate_groups", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
@@ -307,7 +313,9 @@ _TOOLS = [
     _call("discounted_returns", lambda b, ns: _args(b.scores, b.turn_mask, gamma=0.9), "turn",
           checks=COMMON, tuning=({"gamma": 0.9}, {"gamma": 0.8})),
     _call("broadcast_to_tokens", lambda b, ns: _args(b.scores, b.token_turn), "token",
-          needs=("token_turn",)),
+          needs=("token_turn",),
+          free=(("turn_values", ("last",), "K is free: token_turn indexes into it"),
+                ("token_turn", ("last",), "T is free: it sets the output length"))),
     _call("turn_surprisal",
           lambda b, ns: _args(b.logp, b.token_turn, num_turns=b.turn_mask.shape[1]), "turn",
           needs=("logp",)),
@@ -316,7 +324,8 @@ _TOOLS = [
           "turn"),
     _call("fit_role_constants", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other"),
     _call("optimal_mixing_weight", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other"),
-    _call("judge_windows", lambda b, ns: _args(b.turn_mask, before=2, after=1), "other"),
+    _call("judge_windows", lambda b, ns: _args(b.turn_mask, before=2, after=1), "other",
+          free=(("turn_mask", ("row", "last"), "its only array: any [B, K]"),)),
     _call("anchor_hit_ratio", lambda b, ns: _args(anchors(b), b.turn_mask, b.group_ids), "other"),
     _call("credit_by_role", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other"),
     _call("credit_by_turn", lambda b, ns: _args(b.scores, b.turn_mask), "other"),
@@ -325,18 +334,22 @@ _TOOLS = [
           lambda b, ns: _args(b.values, b.token_turn, num_turns=b.turn_mask.shape[1]), "turn",
           needs=("values",)),
     _call("vapo_lambda", lambda b, ns: _args(token_mask(b)), "row", needs=("token_turn",),
-          tuning=({"alpha": 0.05}, {"alpha": 0.1})),
+          tuning=({"alpha": 0.05}, {"alpha": 0.1}),
+          free=(("mask", ("row", "last"), "its only array: any [B, N]"),)),
     _call("value_loss",
           lambda b, ns: _args(b.values, 0.9 * b.values, b.logp, token_mask(b)), "other",
           needs=("values", "logp"), tuning=({"clip": 0.5}, {"clip": 0.2})),
     _call("token_logprobs", lambda b, ns: _args(b.logits, b.tokens, mask=token_mask(b)), "token",
-          needs=("logits", "tokens")),
+          needs=("logits", "tokens"),
+          free=(("logits", ("last",), "V is free (the tokens stay below it)"),)),
     _call("token_entropy", lambda b, ns: _args(b.logits, mask=token_mask(b)), "token",
-          needs=("logits",), tuning=({"temperature": 1.0}, {"temperature": 0.7})),
+          needs=("logits",), tuning=({"temperature": 1.0}, {"temperature": 0.7}),
+          free=(("logits", ("last",), "V is free"),)),
     _call("token_logprobs_from_hidden",
           lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, chunk_size=3,
                               mask=token_mask(b)),
-          "token", needs=("hidden", "unembedding", "tokens")),
+          "token", needs=("hidden", "unembedding", "tokens"),
+          free=(("unembedding", ("last",), "V is free (the tokens stay below it)"),)),
     _call("kl_divergence", lambda b, ns: _args(b.logp, _old_logp(b), mask=token_mask(b)),
           "token", needs=("logp",)),
     _call("aggregate", lambda b, ns: _args(b.logp, token_mask(b), mode="seq-mean-token-mean"),
