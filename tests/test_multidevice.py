@@ -129,18 +129,23 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def eight_devices():
-    """Run SCRIPT once in a subprocess with 8 forced CPU devices; its stdout."""
+def on_eight_devices(args, timeout):
+    """Run ``python *args`` in a subprocess with 8 forced CPU devices; its stdout."""
     root = pathlib.Path(__file__).resolve().parents[1]
     env = dict(os.environ)
     env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, *args], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def eight_devices():
+    """Run SCRIPT once in a subprocess with 8 forced CPU devices; its stdout."""
+    return on_eight_devices(["-c", SCRIPT], timeout=300)
 
 
 @pytest.mark.parametrize("label", ["AUTO_JIT", "AUTO_EAGER", "EXPLICIT_JIT", "EXPLICIT_EAGER",
@@ -156,14 +161,7 @@ EVERY_FUNCTION = pathlib.Path(__file__).with_name("multidevice_every_function.py
 
 @pytest.fixture(scope="module")
 def eight_devices_every_function():
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, str(EVERY_FUNCTION)], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    return on_eight_devices([str(EVERY_FUNCTION)], timeout=900)
 
 
 @pytest.mark.parametrize("label", ["AUTO_EAGER", "EXPLICIT_EAGER", "EXPLICIT_SET_MESH_JIT"])

@@ -549,3 +549,69 @@ def test_derandomized_runs_repeat():
             ct.check_masked_zero(no_final_select, max_examples=5, shapes=((2, 2),))
         messages.append(str(info.value))
     assert messages[0] == messages[1]
+
+
+# --------------------------------------------------------------------------------------------
+# The call table (credax.testing.calls): one canonical call per public function.
+# --------------------------------------------------------------------------------------------
+
+
+def test_call_table_imports_without_hypothesis():
+    # credax.explain and credax.verl read the table at run time: no hypothesis needed for it,
+    # while a checker still says what it needs.
+    code = (
+        "import sys\n"
+        "sys.modules['hypothesis'] = None\n"
+        "import credax.testing.calls as calls, credax.explain\n"
+        "import credax.testing as ct\n"
+        "print(len(calls.CALLS), 'credax.testing.strategies' in sys.modules)\n"
+        "try:\n"
+        "    ct.check_masked_zero\n"
+        "except ImportError as err:\n"
+        "    print(err)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    count, message = proc.stdout.splitlines()
+    assert count.split() == [str(len(ct.calls.CALLS)), "False"]
+    assert message.startswith("credax.testing.check_masked_zero needs hypothesis: pip install")
+
+
+def test_call_table_has_every_public_estimator():
+    functions = [n for n in credax.__all__ if callable(getattr(credax, n))
+                 and not isinstance(getattr(credax, n), type)]
+    estimators = {n for n in functions if ct.calls.is_estimator(n)}
+    assert estimators == set(ct.calls.ESTIMATORS)
+    assert len(estimators) >= 20  # every *_advantages and *_credit, group_normalize
+    assert not set(ct.calls.ESTIMATORS) & set(ct.calls.TOOLS)
+    for label, c in ct.calls.ALL.items():
+        assert label.split(":")[0] == c.name and c.name in functions, label
+
+
+def test_call_table_entry_names_the_missing_field():
+    b = ct.calls.example_batch(4, 3, 6)._replace(logp=None)
+    with pytest.raises(ValueError, match=r"kl_divergence needs TurnBatch\.logp"):
+        ct.calls.CALLS["kl_divergence"](b)
+    # the two optional fields with a default stand in for themselves
+    b = b._replace(anchors=None, turn_rewards=None)
+    np.testing.assert_array_equal(
+        ct.calls.CALLS["gigpo_advantages"](b),
+        credax.gigpo_advantages(b.rewards, b.scores, b.roles, b.turn_mask, b.group_ids))
+
+
+def test_call_table_options_override_and_reach_the_inner_call():
+    b = ct.calls.example_batch(6, 3, 6, seed=1)
+    triage = ct.calls.CALLS["triage_advantages"]
+    outcome = credax.grpo_advantages(b.rewards, b.group_ids, b.row_mask,
+                                     normalization=credax.presets.VERL)
+    np.testing.assert_array_equal(
+        triage(b, lam=0.4, nested={"normalization": credax.presets.VERL}),
+        credax.triage_advantages(outcome, b.roles, b.turn_mask, lam=0.4))
+
+
+def test_turn_batch_optional_fields_survive_the_perturbations():
+    b = ct.calls.example_batch(4, 3, 6)._replace(alt_scores=None, alt_mask=None)
+    assert b.map(np.asarray).alt_scores is None
+    np.testing.assert_array_equal(b.map(lambda f: np.asarray(f)[::-1]).anchors, b.anchors[::-1])
+    assert "TurnBatch B=4 K=3 T=6" in repr(b)

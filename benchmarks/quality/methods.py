@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 
 import credax
+from credax.testing import TurnBatch
+from credax.testing.calls import CALLS
 
 from . import groundtruth, judges
 from .policy import Policy, Rollout, final_score, sampling_noise
@@ -94,23 +96,35 @@ def _score_change(ctx: Context) -> jax.Array:
     return credax.adjacent_delta_credit(ctx.rollout.scores, ctx.rollout.turn_mask)
 
 
+def turn_batch(ctx: Context, **fields) -> TurnBatch:
+    """The rollout batch as the call table's input (``credax.testing.calls``): the outcome as the
+    row's reward, the score change as the per-turn reward, every row real; ``fields`` replace
+    fields (another step reward, the judge's roles, ...)."""
+    r = ctx.rollout
+    batch = TurnBatch(scores=r.scores, turn_mask=r.turn_mask, group_ids=ctx.groups,
+                      rewards=ctx.outcome, roles=r.roles, token_turn=ctx.token_turn,
+                      rows=jnp.ones(ctx.outcome.shape, bool), anchors=r.anchors,
+                      turn_rewards=_score_change(ctx))
+    return batch._replace(**fields)
+
+
 # --- outcome-only baselines --------------------------------------------------------------------
 
 
 def grpo(ctx: Context, s: Settings) -> jax.Array:
     """GRPO: the group-normalised final score on every turn (DeepSeekMath; verl conventions)."""
-    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups))
+    return _per_turn(ctx, CALLS["grpo_advantages"](turn_batch(ctx)))
 
 
 def dr_grpo(ctx: Context, s: Settings) -> jax.Array:
     """Dr. GRPO: centred, not std-scaled (with the sequence-sum loss aggregation, see METHODS)."""
-    centred = credax.Normalization(scale="none")
-    return _per_turn(ctx, credax.grpo_advantages(ctx.outcome, ctx.groups, normalization=centred))
+    return _per_turn(ctx, CALLS["grpo_advantages"](
+        turn_batch(ctx), normalization=credax.Normalization(scale="none")))
 
 
 def rloo(ctx: Context, s: Settings) -> jax.Array:
     """RLOO: final score minus the mean of the other rollouts of the prompt."""
-    return _per_turn(ctx, credax.rloo_advantages(ctx.outcome, ctx.groups))
+    return _per_turn(ctx, CALLS["rloo_advantages"](turn_batch(ctx)))
 
 
 # --- step-level baselines ----------------------------------------------------------------------
@@ -118,10 +132,7 @@ def rloo(ctx: Context, s: Settings) -> jax.Array:
 
 def mt_grpo(ctx: Context, s: Settings) -> jax.Array:
     """MT-GRPO (K-turn form): outcome advantage + per-(prompt, turn) normalised score change."""
-    r = ctx.rollout
-    return credax.mt_grpo_advantages(
-        _score_change(ctx), ctx.outcome, r.turn_mask, ctx.groups, turn_coef=s.mt_turn_coef
-    )
+    return CALLS["mt_grpo_advantages"](turn_batch(ctx), turn_coef=s.mt_turn_coef)
 
 
 def gigpo(ctx: Context, s: Settings) -> jax.Array:
@@ -130,11 +141,7 @@ def gigpo(ctx: Context, s: Settings) -> jax.Array:
     Anchor = int32 hash of the observation before the turn (answer, revealed symbols, turn index),
     compared within the prompt; step reward = score change, discounted with γ = 0.95.
     """
-    r = ctx.rollout
-    return credax.gigpo_advantages(
-        ctx.outcome, _score_change(ctx), r.anchors, r.turn_mask, ctx.groups,
-        gamma=s.gigpo_gamma, omega=s.gigpo_omega,
-    )
+    return CALLS["gigpo_advantages"](turn_batch(ctx), gamma=s.gigpo_gamma, omega=s.gigpo_omega)
 
 
 def outcome_rewards(turn_mask: jax.Array, outcome: jax.Array) -> jax.Array:
@@ -163,8 +170,8 @@ def hgpo(ctx: Context, s: Settings) -> jax.Array:
     sum of the step rewards is the episode return."""
     r = ctx.rollout
     step = _score_change(ctx) + outcome_rewards(r.turn_mask, ctx.outcome - final_score(r))
-    return credax.hgpo_advantages(ctx.outcome, step, r.anchors, r.turn_mask, ctx.groups,
-                                  **credax.presets.HGPO_VERL_AGENT).advantages
+    return CALLS["hgpo_advantages"](turn_batch(ctx, turn_rewards=step),
+                                    **credax.presets.HGPO_VERL_AGENT)
 
 
 def turn_baseline(ctx: Context, s: Settings) -> jax.Array:
@@ -178,7 +185,7 @@ def turn_baseline(ctx: Context, s: Settings) -> jax.Array:
     turns = jnp.maximum(jnp.sum(r.turn_mask.astype(jnp.float32), axis=1), 1.0)
     cost = (final_score(r) - ctx.outcome) / turns  # the task's per-turn cost (0 on the probe task)
     step = jnp.where(r.turn_mask, _score_change(ctx) - cost[:, None], 0.0)
-    return credax.unbiased_turn_advantages(step, r.turn_mask, ctx.groups)
+    return CALLS["unbiased_turn_advantages"](turn_batch(ctx, turn_rewards=step))
 
 
 def g2po(ctx: Context, s: Settings) -> jax.Array:
@@ -186,9 +193,7 @@ def g2po(ctx: Context, s: Settings) -> jax.Array:
     edge advantage, states = the anchor hashes GiGPO uses; the terminal success value is the
     task's success return 1 (the refinement task's turn costs keep every return below it, so
     there every terminal value is 0), the rest the shipped code's defaults."""
-    r = ctx.rollout
-    return _mask(ctx, credax.g2po_advantages(ctx.outcome, r.anchors, r.turn_mask, ctx.groups,
-                                             success_reward=1.0)[0])
+    return _mask(ctx, CALLS["g2po_advantages"](turn_batch(ctx), success_reward=1.0))
 
 
 # --- verl's outcome estimators with a token whitening (lab methods, not in the default demo) ------
@@ -214,7 +219,7 @@ def reinforce_pp_baseline(ctx: Context, s: Settings) -> jax.Array:
 def gpg(ctx: Context, s: Settings) -> jax.Array:
     """GPG (``credax.gpg_advantages``): prompt-centred return times the batch's inverse share of
     nonzero returns, on every turn."""
-    return _per_turn(ctx, credax.gpg_advantages(ctx.outcome, ctx.groups))
+    return _per_turn(ctx, CALLS["gpg_advantages"](turn_batch(ctx)))
 
 
 # --- shrinkage baselines (James–Stein; arXiv 2511.03710) ---------------------------------------
@@ -223,13 +228,13 @@ def gpg(ctx: Context, s: Settings) -> jax.Array:
 def shrink(ctx: Context, s: Settings) -> jax.Array:
     """Dr. GRPO with credax's shrinkage baseline: ``r − b``, ``b`` the prompt mean shrunk toward
     the across-prompt mean (``credax.shrinkage_advantages``; unscaled, Dr. GRPO's aggregation)."""
-    return _per_turn(ctx, credax.shrinkage_advantages(ctx.outcome, ctx.groups))
+    return _per_turn(ctx, CALLS["shrinkage_advantages"](turn_batch(ctx)))
 
 
 def shrink_rloo(ctx: Context, s: Settings) -> jax.Array:
     """RLOO with the shrinkage baseline: the mean of the other rows, shrunk toward the
     across-prompt mean (``credax.shrinkage_advantages(leave_one_out=True)``)."""
-    return _per_turn(ctx, credax.shrinkage_advantages(ctx.outcome, ctx.groups, leave_one_out=True))
+    return _per_turn(ctx, CALLS["shrinkage_advantages"](turn_batch(ctx), leave_one_out=True))
 
 
 def scalar_process(ctx: Context, s: Settings) -> jax.Array:
@@ -238,8 +243,7 @@ def scalar_process(ctx: Context, s: Settings) -> jax.Array:
     grading progress would give. It cannot see exploration (probes get 0)."""
     r = ctx.rollout
     p = _score_change(ctx) * jnp.float32(r.before.target.shape[-1])
-    a = credax.grpo_advantages(ctx.outcome, ctx.groups)
-    return credax.scalar_process_advantages(a, p, r.turn_mask, lam=s.scalar_lam)
+    return CALLS["scalar_process_advantages"](turn_batch(ctx, scores=p), lam=s.scalar_lam)
 
 
 # --- TRIAGE ------------------------------------------------------------------------------------
@@ -249,8 +253,8 @@ def triage(judge, constants=credax.TRIAGE_ROLE_CONSTANTS, what: str = ""):
     def credit(ctx: Context, s: Settings) -> jax.Array:
         r = ctx.rollout
         roles = judge(r.roles, r.turn_mask, ctx.key)
-        a = credax.grpo_advantages(ctx.outcome, ctx.groups)
-        return credax.triage_advantages(a, roles, r.turn_mask, lam=s.triage_lam, constants=constants)
+        return CALLS["triage_advantages"](turn_batch(ctx, roles=roles), lam=s.triage_lam,
+                                          constants=constants)
 
     credit.__doc__ = (f"TRIAGE: GRPO + λ·c[role], roles from the {judge.__name__} judge, constants "
                       f"(c_D, c_E, c_N, c_R) = {tuple(constants)}{what}.")
@@ -284,14 +288,12 @@ def shuffled_roles(roles, turn_mask, key):
 
 def tcpo_retrospective(ctx: Context, s: Settings) -> jax.Array:
     """TCPO, retrospective credit only (hindsight weight 0), normalised per (prompt, turn)."""
-    r = ctx.rollout
-    return credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups, hindsight_weight=0.0).advantages
+    return CALLS["tcpo_advantages"](turn_batch(ctx), hindsight_weight=0.0)
 
 
 def tcpo_hindsight(ctx: Context, s: Settings) -> jax.Array:
     """TCPO, retrospective + hindsight delayed credit (SPEC defaults)."""
-    r = ctx.rollout
-    return credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups).advantages
+    return CALLS["tcpo_advantages"](turn_batch(ctx))
 
 
 def counterfactuals(ctx: Context, s: Settings):
@@ -332,11 +334,9 @@ def counterfactuals(ctx: Context, s: Settings):
 
 def tcpo_full(ctx: Context, s: Settings) -> jax.Array:
     """Full TCPO: retrospective + hindsight, refined by counterfactuals at Top-L surprisal turns."""
-    r = ctx.rollout
     alt, alt_mask, selected = counterfactuals(ctx, s)
-    return credax.tcpo_advantages(
-        r.scores, r.turn_mask, ctx.groups, alt_scores=alt, alt_mask=alt_mask, selected=selected
-    ).advantages
+    return CALLS["tcpo_advantages"](turn_batch(ctx, alt_scores=alt, alt_mask=alt_mask),
+                                    selected=selected)
 
 
 # --- controls: the lab checking itself -----------------------------------------------------------
@@ -425,8 +425,7 @@ METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if n not in O
 
 def _tcpo_with(**switch):
     def credit(ctx: Context, s: Settings) -> jax.Array:
-        r = ctx.rollout
-        return credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups, **switch).advantages
+        return CALLS["tcpo_advantages"](turn_batch(ctx), **switch)
 
     credit.__doc__ = f"TCPO + hindsight with {switch}."
     return credit
@@ -434,8 +433,9 @@ def _tcpo_with(**switch):
 
 def _tcpo_part(part):
     def credit(ctx: Context, s: Settings) -> jax.Array:
-        r = ctx.rollout
-        out = credax.tcpo_advantages(r.scores, r.turn_mask, ctx.groups, normalize=False)
+        # the whole TCPO result (its parts), not only the advantages the table's call returns
+        args, kwargs = CALLS["tcpo_advantages"].args(turn_batch(ctx))
+        out = credax.tcpo_advantages(*args, **kwargs, normalize=False)
         x = {"retrospective": out.retrospective.credit, "hindsight": out.hindsight.credit,
              "raw": out.credit}[part]
         return _mask(ctx, x)

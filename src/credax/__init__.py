@@ -25,7 +25,8 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_readers``  rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
 * ``_rollouts`` ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
-  explicitly, it needs hypothesis) strategies and invariant checkers for your own credit code.
+  explicitly; its checkers need hypothesis) strategies and invariant checkers for your own credit
+  code, and the call table of every public function (``credax.testing.calls``).
 """
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing

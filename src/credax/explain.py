@@ -24,14 +24,23 @@ It also prints a table (one line per rollout, the first ``--max-rows``) and prog
 stderr while reading and drawing large files. Methods (all with credax's defaults, grouped by
 prompt id):
 
-=============  =====================================================================
-``grpo``       outcome advantage, the same on every turn of a rollout
-``rloo``       leave-one-out outcome advantage, the same on every turn
-``tcpo``       :func:`credax.tcpo_advantages` of the per-turn scores
-``triage``     :func:`credax.triage_advantages`: GRPO + λ·role constant (judge labels)
-``gigpo``      :func:`credax.gigpo_advantages`: episode + anchor-state step advantage
-``mt_grpo``    :func:`credax.mt_grpo_advantages`: outcome + per-(prompt, turn) reward
-=============  =====================================================================
+=================  =================================================================
+``grpo``           outcome advantage, the same on every turn of a rollout
+``rloo``           leave-one-out outcome advantage, the same on every turn
+``gpg``            :func:`credax.gpg_advantages`: centred outcome, batch-scaled, every turn
+``tcpo``           :func:`credax.tcpo_advantages` of the per-turn scores
+``triage``         :func:`credax.triage_advantages`: GRPO + λ·role constant (judge labels)
+``mt_grpo``        :func:`credax.mt_grpo_advantages`: outcome + per-(prompt, turn) reward
+``gigpo``          :func:`credax.gigpo_advantages`: episode + anchor-state step advantage
+``hgpo``           :func:`credax.hgpo_advantages`: history-group step advantages
+``g2po``           :func:`credax.g2po_advantages`: episode + state-graph edge advantage
+``unbiased_turn``  :func:`credax.unbiased_turn_advantages`: return to go minus the other
+                   rollouts' at the same turn
+=================  =================================================================
+
+Each method is the call table's canonical call (``credax.testing.calls``) on the rollouts as
+a :class:`credax.testing.TurnBatch` (:func:`turn_batch`: the outcome as the row's reward, the
+environment step rewards as the per-turn rewards, the anchors as the anchor states).
 
 matplotlib is needed for the PNGs only (the ``explain`` extra of a clone:
 ``pip install '/path/to/credax[explain]'``); it is imported when the pictures are drawn, never by
@@ -54,45 +63,38 @@ from importlib import resources
 import jax.numpy as jnp
 import numpy as np
 
-from ._outcome import grpo_advantages, rloo_advantages
 from ._readers import FORMATS, read_rollouts
 from ._rollouts import Rollout, RolloutBatch, Turn, pad_rollouts
-from ._stepwise import gigpo_advantages, mt_grpo_advantages
-from ._tcpo import tcpo_advantages
-from ._triage import Role, triage_advantages
+from ._triage import Role
+from .testing.batch import TurnBatch
+from .testing.calls import EXPLAINED, Call
 
 
-def _per_turn(row_values, batch: RolloutBatch):
-    return jnp.where(batch.turn_mask, row_values[:, None], jnp.zeros_like(batch.scores))
+def turn_batch(b: RolloutBatch) -> TurnBatch:
+    """The :class:`credax.testing.TurnBatch` of a rollout batch, the call table's input: the
+    outcome is the reward of a row, the environment step rewards the per-turn rewards."""
+    return TurnBatch(scores=b.scores, turn_mask=b.turn_mask, group_ids=b.groups,
+                     rewards=b.outcome, roles=b.roles, token_turn=b.token_turn, rows=b.row_mask,
+                     anchors=b.anchor_ids, turn_rewards=b.rewards)
 
 
+def _method(call: Call) -> Callable[[RolloutBatch], object]:
+    def per_turn(b: RolloutBatch):
+        out = call(turn_batch(b))  # the table's call, with credax's defaults
+        if call.level == "row":  # the same value on every turn of the rollout
+            return jnp.where(b.turn_mask, out[:, None], jnp.zeros_like(b.scores))
+        return out
+
+    return per_turn
+
+
+# The call table's methods that give per-turn (or per-rollout) credit: credax.testing.calls.
 METHODS: dict[str, Callable[[RolloutBatch], object]] = {
-    "grpo": lambda b: _per_turn(grpo_advantages(b.outcome, b.groups, b.row_mask), b),
-    "rloo": lambda b: _per_turn(rloo_advantages(b.outcome, b.groups, b.row_mask), b),
-    "tcpo": lambda b: tcpo_advantages(b.scores, b.turn_mask, b.groups).advantages,
-    "triage": lambda b: triage_advantages(grpo_advantages(b.outcome, b.groups, b.row_mask),
-                                          b.roles, b.turn_mask),
-    "gigpo": lambda b: gigpo_advantages(b.outcome, b.rewards, b.anchor_ids, b.turn_mask, b.groups),
-    "mt_grpo": lambda b: mt_grpo_advantages(b.rewards, b.outcome, b.turn_mask, b.groups),
-}
+    m: _method(c) for m, c in EXPLAINED.items()}
 _ROLE_LETTER = {int(r): r.name[0] for r in Role}
 
 # One sentence per method for the page: what it compares a turn with, and what its sign means.
-METHOD_NOTES: dict[str, str] = {
-    "grpo": "GRPO: the rollout's outcome minus the mean outcome of its prompt group, divided by "
-            "the group's standard deviation; the same value on every turn of the rollout.",
-    "rloo": "RLOO: the rollout's outcome minus the mean outcome of the other rollouts of its "
-            "prompt (no division); the same value on every turn.",
-    "tcpo": "TCPO: each turn's credit from its verifier score (progress over the best score "
-            "before it, plus hindsight on turns that made none), z-scored over the same turn index "
-            "of the prompt group's rollouts.",
-    "triage": "TRIAGE: the GRPO value of the rollout plus 0.2 × a constant of the turn's judge "
-              "role (decisive +1, exploration +0.5, neutral -0.1, regression -0.5; unlabeled 0).",
-    "gigpo": "GiGPO: the rollout's GRPO value plus a step value: the turn's discounted return "
-             "z-scored over the turns of the prompt group that acted in the same anchor state.",
-    "mt_grpo": "MT-GRPO: the rollout's GRPO value plus the turn's reward z-scored over the same "
-               "turn index of the prompt group's rollouts.",
-}
+METHOD_NOTES: dict[str, str] = {m: c.note for m, c in EXPLAINED.items()}
 COLOUR_NOTE = ("Colour = advantage: blue = the method pushes the turn's tokens up (positive), red = "
                "down (negative), white = 0; hatched grey = the rollout has no such turn (padding, "
                "no value). Each cell shows the turn's verifier score and judge role "

@@ -83,9 +83,11 @@ from verl.trainer.ppo import core_algos
 import credax
 import credax.torch as ct
 from credax._group_ids import exact_id
+from credax.testing import calls
+from credax.testing.batch import TurnBatch
 
 __all__ = ["ESTIMATORS", "VerlTurns", "compute_advantage", "from_verl", "make_estimator",
-           "register", "turns_from_response_mask", "uid_to_group_ids"]
+           "register", "turn_batch", "turns_from_response_mask", "uid_to_group_ids"]
 
 METHODS = ("grpo", "dr_grpo", "rloo", "tcpo", "triage", "mt_grpo", "gigpo")
 
@@ -314,32 +316,40 @@ def _config_get(config, key: str, default):
     return getter(key, default) if getter is not None else getattr(config, key, default)
 
 
+# verl method -> the call table's entry (credax.testing.calls) that computes it.
+_ENTRY = {"grpo": "grpo_advantages", "dr_grpo": "grpo_advantages", "rloo": "rloo_advantages",
+          "tcpo": "tcpo_advantages", "triage": "triage_advantages",
+          "mt_grpo": "mt_grpo_advantages", "gigpo": "gigpo_advantages"}
+
+
+def turn_batch(v: VerlTurns) -> TurnBatch:
+    """The :class:`credax.testing.TurnBatch` of verl's fields (torch), the call table's input:
+    every row real (verl's estimators count a row without turns in its group too)."""
+    rows = torch.ones(v.outcome.shape[0], dtype=torch.bool, device=v.outcome.device)
+    return TurnBatch(scores=v.turn_scores, turn_mask=v.turn_mask, group_ids=v.group_ids,
+                     rewards=v.outcome, roles=v.roles, token_turn=v.token_turn, rows=rows,
+                     anchors=v.anchor_ids)
+
+
 def _advantages(method: str, options: dict, num_turns: int | None, token_level_rewards,
                 response_mask, index, config, non_tensor_batch):
     v = from_verl(token_level_rewards, response_mask, index, non_tensor_batch, num_turns=num_turns)
-    on_tokens = response_mask != 0
-    if method in ("grpo", "dr_grpo", "rloo"):
-        if method == "rloo":
-            row = ct.rloo_advantages(v.outcome, v.group_ids, **options)
-        else:
-            scale = method == "grpo" and bool(_config_get(config, "norm_adv_by_std_in_grpo", True))
-            preset = credax.presets.VERL if scale else credax.presets.VERL_DR_GRPO
-            row = ct.grpo_advantages(v.outcome, v.group_ids, **{"normalization": preset, **options})
-        return torch.where(on_tokens, row[:, None], torch.zeros((), dtype=row.dtype))
-    if method == "tcpo":
-        turn = ct.tcpo_advantages(v.turn_scores, v.turn_mask, v.group_ids, **options).advantages
-    elif method == "triage":
-        roles = _require(v.roles, "turn_roles", method)
-        outcome_options = {"normalization": credax.presets.VERL, **options.pop("outcome_options", {})}
-        outcome = ct.grpo_advantages(v.outcome, v.group_ids, **outcome_options)
-        turn = ct.triage_advantages(outcome, roles, v.turn_mask, **options)
-    elif method == "mt_grpo":
-        turn = ct.mt_grpo_advantages(v.turn_scores, v.outcome, v.turn_mask, v.group_ids, **options)
-    else:  # gigpo
-        anchors = _require(v.anchor_ids, "anchor_ids", method)
-        turn = ct.gigpo_advantages(v.outcome, v.turn_scores, anchors, v.turn_mask, v.group_ids,
-                                   **options)
-    return ct.broadcast_to_tokens(turn, v.token_turn)
+    if method == "triage":
+        _require(v.roles, "turn_roles", method)
+    elif method == "gigpo":
+        _require(v.anchor_ids, "anchor_ids", method)
+    nested = None
+    if method in ("grpo", "dr_grpo"):
+        scale = method == "grpo" and bool(_config_get(config, "norm_adv_by_std_in_grpo", True))
+        preset = credax.presets.VERL if scale else credax.presets.VERL_DR_GRPO
+        options = {"normalization": preset, **options}
+    elif method == "triage":  # the outcome advantage under the verl preset
+        nested = {"normalization": credax.presets.VERL, **options.pop("outcome_options", {})}
+    call = calls.ESTIMATORS[_ENTRY[method]]
+    out = call(turn_batch(v), ns=ct, nested=nested, **options)
+    if call.level == "row":
+        return torch.where(response_mask != 0, out[:, None], torch.zeros((), dtype=out.dtype))
+    return ct.broadcast_to_tokens(out, v.token_turn)
 
 
 def make_estimator(method: str, *, num_turns: int | None = None, **options):

@@ -12,9 +12,11 @@ function the same way, in a few lines::
 Each ``check_<invariant>`` draws batches with :func:`turn_batches`, runs the function under test
 (hypothesis drives it, derandomized by default so a failure reproduces), and on a violation raises
 an ``AssertionError`` whose message names the invariant and shows the minimal counterexample
-hypothesis shrank to: the batch, the perturbation, and the entries that moved. The module needs
-``hypothesis`` (``pip install hypothesis``, or a clone's extra: ``pip install '/path/to/credax[testing]'``);
-``import credax`` does not import it.
+hypothesis shrank to: the batch, the perturbation, and the entries that moved. The checkers and
+strategies need ``hypothesis`` (``pip install hypothesis``, or a clone's extra:
+``pip install '/path/to/credax[testing]'``), imported on their first use; ``import credax`` does
+not import it, and neither do :class:`TurnBatch` and the call table ``credax.testing.calls``
+(how to call each public function on a batch).
 
 The function under test
 -----------------------
@@ -79,30 +81,61 @@ found, for fast CI); deadlines and the example database are off. Do not call a c
 
 from __future__ import annotations
 
-try:
-    import hypothesis  # noqa: F401
-except ImportError as err:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "credax.testing needs hypothesis: pip install hypothesis "
-        "(or, from a clone, pip install '/path/to/credax[testing]')"
-    ) from err
+import importlib
+from typing import TYPE_CHECKING
 
+from . import calls as calls  # the call table: no hypothesis needed
 from .batch import DEFAULT_SHAPES as DEFAULT_SHAPES
 from .batch import TurnBatch as TurnBatch
 from .batch import describe_batch as describe_batch
-from .invariants import check_finite_gradients as check_finite_gradients
-from .invariants import check_group_isolation as check_group_isolation
-from .invariants import check_group_zero_mean as check_group_zero_mean
-from .invariants import check_jit_matches_eager as check_jit_matches_eager
-from .invariants import check_masked_zero as check_masked_zero
-from .invariants import check_padding_invariance as check_padding_invariance
-from .invariants import check_permutation_equivariance as check_permutation_equivariance
-from .strategies import token_layouts as token_layouts
-from .strategies import turn_batches as turn_batches
+
+# The checkers and strategies need hypothesis: imported on first use, so that the batch and the
+# call table (``credax.testing.calls``, which credax.explain and credax.verl read) import without it.
+_NEEDS_HYPOTHESIS = {
+    "check_finite_gradients": "invariants",
+    "check_group_isolation": "invariants",
+    "check_group_zero_mean": "invariants",
+    "check_jit_matches_eager": "invariants",
+    "check_masked_zero": "invariants",
+    "check_padding_invariance": "invariants",
+    "check_permutation_equivariance": "invariants",
+    "token_layouts": "strategies",
+    "turn_batches": "strategies",
+}
+
+
+if TYPE_CHECKING:  # what a type checker and the API pages see; at run time, __getattr__ below
+    from .invariants import check_finite_gradients as check_finite_gradients
+    from .invariants import check_group_isolation as check_group_isolation
+    from .invariants import check_group_zero_mean as check_group_zero_mean
+    from .invariants import check_jit_matches_eager as check_jit_matches_eager
+    from .invariants import check_masked_zero as check_masked_zero
+    from .invariants import check_padding_invariance as check_padding_invariance
+    from .invariants import check_permutation_equivariance as check_permutation_equivariance
+    from .strategies import token_layouts as token_layouts
+    from .strategies import turn_batches as turn_batches
+
+
+def __getattr__(name: str):
+    module = _NEEDS_HYPOTHESIS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'credax.testing' has no attribute {name!r}")
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            f"credax.testing.{name} needs hypothesis: pip install hypothesis "
+            "(or, from a clone, pip install '/path/to/credax[testing]')"
+        ) from err
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_SHAPES",
     "TurnBatch",
+    "calls",
     "check_finite_gradients",
     "check_group_isolation",
     "check_group_zero_mean",
@@ -114,4 +147,3 @@ __all__ = [
     "token_layouts",
     "turn_batches",
 ]
-

@@ -41,6 +41,23 @@ class TurnBatch(NamedTuple):
         categorical per-turn labels (e.g. GiGPO anchor ids); arbitrary codes at masked turns.
       token_turn: ``int32[B, T]`` turn of each token, ``-1`` for prompt, observation and padding
         tokens (see :func:`token_layouts`).
+
+    The optional fields below default to ``None``; :func:`turn_batches` leaves them so, and the
+    call table (``credax.testing.calls``) derives what it needs from the fields above (the
+    two with a default) or says which field an entry needs (the rest).
+
+    Attributes:
+      rows: ``bool[B]`` real rows; ``None``: the rows with a real turn (see :attr:`row_mask`).
+      anchors: ``int32[B, K]`` anchor-state ids (GiGPO, HGPO, G2PO); ``None``: ``roles``.
+      turn_rewards: ``float[B, K]`` per-turn environment rewards (MT-GRPO, GiGPO, the turn
+        baseline); ``None``: ``scores``.
+      alt_scores, alt_mask: ``float[B, K, M]``, ``bool[B, K, M]`` scores of alternative actions
+        at each turn (TCPO's counterfactual credit).
+      logp: ``float[B, T]`` token log-probs of the policy (the old policy's are ``0.9 * logp``
+        where a call needs both); also token rewards where a token-level estimator needs them.
+      values: ``float[B, T]`` value estimates per token.
+      logits: ``float[B, T, V]``; tokens: ``int32[B, T]`` ids below ``V``; hidden:
+        ``float[B, T, D]``; unembedding: ``float[D, V]`` (the log-prob functions).
     """
 
     scores: Any
@@ -49,11 +66,27 @@ class TurnBatch(NamedTuple):
     rewards: Any
     roles: Any
     token_turn: Any
+    rows: Any = None
+    anchors: Any = None
+    turn_rewards: Any = None
+    alt_scores: Any = None
+    alt_mask: Any = None
+    logp: Any = None
+    values: Any = None
+    logits: Any = None
+    tokens: Any = None
+    hidden: Any = None
+    unembedding: Any = None
 
     @property
     def row_mask(self):
-        """``bool[B]``: rows with at least one real turn (the mask of per-trajectory values)."""
-        return self.turn_mask.any(axis=-1)
+        """``bool[B]``: ``rows``, or (``None``) the rows with at least one real turn (the mask of
+        per-trajectory values)."""
+        return self.turn_mask.any(axis=-1) if self.rows is None else self.rows
+
+    def map(self, f) -> TurnBatch:
+        """``f`` applied to every field that is set (``None`` fields stay ``None``)."""
+        return TurnBatch(*(None if x is None else f(x) for x in self))
 
     def __repr__(self) -> str:
         return describe_batch(self)
@@ -95,7 +128,7 @@ def describe_batch(batch: TurnBatch, *, fields: Sequence[str] | None = None) -> 
         row  group_id  turn_mask  scores     rewards
           0        -7  10         [0.35 nan] 1
     """
-    b = TurnBatch(*(np.asarray(f) for f in batch))
+    b = batch.map(np.asarray)
     fields = ("scores", "rewards", "roles", "token_turn") if fields is None else tuple(fields)
     B, K = b.turn_mask.shape
     cols: dict[str, list[str]] = {}

@@ -58,7 +58,7 @@ def _compiled(fn: Callable, adapter: Callable | None, jit: bool) -> Callable[[Tu
 
 
 def _to_jax(b: TurnBatch) -> TurnBatch:
-    return TurnBatch(*(jnp.asarray(f) for f in b))
+    return b.map(jnp.asarray)
 
 
 def _out_mask(out_shape, b: TurnBatch, what: str = "fn"):

@@ -350,4 +350,4 @@ def padded_variant(draw, batches, nonfinite_padding, modes):
 
 
 def take_rows(b: TurnBatch, rows) -> TurnBatch:
-    return TurnBatch(*(np.asarray(f)[rows] for f in b))
+    return b.map(lambda f: np.asarray(f)[rows])
