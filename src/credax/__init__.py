@@ -53,6 +53,7 @@ from ._groups import group_mean as group_mean
 from ._groups import group_normalize as group_normalize
 from ._groups import groups as groups
 from ._groups import peer_mean as peer_mean
+from ._head import policy_loss_from_hidden as policy_loss_from_hidden
 from ._hgpo import HGPO as HGPO
 from ._hgpo import hgpo_advantages as hgpo_advantages
 from ._logprobs import LogprobsEntropy as LogprobsEntropy
