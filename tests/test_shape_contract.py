@@ -87,6 +87,7 @@ CALLS: dict[str, tuple[tuple, dict]] = {
     "optimal_mixing_weight": ((S, ROLES, TM), {}),
     "peer_mean": ((S, IDS, TM), {}),
     "policy_loss": ((LP, LP * 0.9, R, TOKM), {"ref_logp": LP, "kl_coef": 0.1}),
+    "policy_loss_from_hidden": ((HID, W, TOK, LP, R, TOKM), {"chunk_size": 3, "ref_logp": LP}),
     "raw_score_credit": ((S, TM), {}),
     "reinforce_pp_advantages": ((LP, TOKM), {"gamma": 0.9}),
     "reinforce_pp_baseline_advantages": ((R, IDS, TOKM), {}),
@@ -136,6 +137,7 @@ ACCEPTED = {
     ("token_entropy", "logits", "last"): "V is free",
     ("token_logprobs", "logits", "last"): "V is free (the tokens stay below it)",
     ("token_logprobs_from_hidden", "unembedding", "last"): "V is free (the tokens stay below it)",
+    ("policy_loss_from_hidden", "unembedding", "last"): "V is free (the tokens stay below it)",
     ("vapo_lambda", "mask", "row"): "its only array: any [B, N]",
     ("vapo_lambda", "mask", "last"): "its only array: any [B, N]",
 }
