@@ -271,5 +271,7 @@ def test_three_gemms_under_value_and_grad_one_without():
     assert len(_dots(grad(two_calls), *args)) == 4   # the composition recomputes the logits
     compiled = jax.jit(grad(fused)).lower(*args).compile()
     chunk_bytes = b * c * v * 4
-    # a few chunks of logits plus the [D, V] float32 accumulator's per-chunk product
-    assert compiled.memory_analysis().temp_size_in_bytes <= 3 * chunk_bytes + d * v * 4
+    # the goal of issue #31: at most 2 chunks of logits, plus the one [D, V] buffer of a chunk's
+    # unembedding gradient before it is added to the running sum (no accumulating GEMM on CPU)
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    assert temp <= 2 * chunk_bytes + d * v * 4, (temp - d * v * 4) / chunk_bytes

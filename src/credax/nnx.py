@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._logprobs import token_logprobs, token_logprobs_from_hidden
 from ._head import policy_loss_from_hidden
+from ._logprobs import token_logprobs, token_logprobs_from_hidden
 from ._losses import PolicyMetrics, policy_loss
 
 
