@@ -9,6 +9,7 @@ reference, nothing of credax inside); (2) equality with the two-call composition
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -275,3 +276,27 @@ def test_three_gemms_under_value_and_grad_one_without():
     # unembedding gradient before it is added to the running sum (no accumulating GEMM on CPU)
     temp = compiled.memory_analysis().temp_size_in_bytes
     assert temp <= 2 * chunk_bytes + d * v * 4, (temp - d * v * 4) / chunk_bytes
+
+
+def test_hyperparameter_and_temperature_gradients_equal_the_composition():
+    # d loss / d (normalizer, kl_coef, clip bounds, temperature) as the composition's autodiff
+    # gives them; old_logp and advantages are constants of policy_loss (zero gradient)
+    hidden, w, tokens, mask, adv, old, ref_logp = (jnp.asarray(x) if np.asarray(x).dtype != np.float64
+                                                   else jnp.asarray(x, jnp.float32) for x in _data(7))
+    names = ("normalizer", "kl_coef", "clip_low", "clip_high", "temperature")
+    values = tuple(jnp.float32(v) for v in (9.0, 0.1, 0.05, 0.06, 0.8))
+
+    def loss(fused, h, u, old_, adv_, *hyper):
+        options = dict(zip(names, hyper, strict=True), ref_logp=ref_logp, dual_clip=3.0)
+        if fused:
+            return credax.policy_loss_from_hidden(h, u, tokens, old_, adv_, mask, chunk_size=3,
+                                                  **options).loss
+        return _composition(h, u, tokens, old_, adv_, mask, chunk_size=3, **options).loss
+
+    args = (hidden, w, old, adv, *values)
+    grads = jax.jit(lambda *a: tuple(jax.grad(functools.partial(loss, fused), tuple(range(9)))(*a)
+                                     for fused in (False, True)))
+    two, fused = grads(*args)
+    assert float(jnp.abs(two[-1])) > 0 and float(jnp.abs(two[4])) > 0   # temperature, normalizer
+    for x, y in zip(fused, two, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)

@@ -65,7 +65,7 @@ def _run(hidden, unembedding, tokens, valid, consts, statics, with_grad: bool):
     dtype = _checks.compute_dtype(hidden.dtype)
     inv_temp = _inverse_temperature(consts["temperature"], dtype)
     num_chunks, batch, _, dim = hidden.shape
-    loss_args = {k: v for k, v in consts.items() if k != "temperature"}
+    loss_args = _loss_args(consts)
 
     def loss_of(lp_chunks):  # [n, B, c] log-probs -> the scalar loss
         return _loss(lp_chunks, loss_args, options).loss
@@ -75,11 +75,12 @@ def _run(hidden, unembedding, tokens, valid, consts, statics, with_grad: bool):
     base = _chunks_of(_checks.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
                       num_chunks, chunk_size)
 
-    def step(dw, xs):
+    def step(carry, xs):
         index, h, tok, m = xs
         logits, safe, in_range, lse, lp = _chunk_logprobs(h, unembedding, tok, m, dtype, inv_temp)
         if not with_grad:
-            return dw, (lp, None)
+            return carry, (lp, None)
+        dw, d_inv_temp = carry
         g = jax.grad(lambda x: loss_of(base.at[index].set(x)))(lp)
         # An out-of-range token is NaN in the loss; like the composition, it sends no gradient.
         g = jnp.where(in_range & m, g, jnp.zeros_like(g))
@@ -91,12 +92,18 @@ def _run(hidden, unembedding, tokens, valid, consts, statics, with_grad: bool):
         dlogits = (coef[..., None] * (onehot - softmax)).astype(unembedding.dtype)
         dh = jnp.einsum("bcv,dv->bcd", dlogits, unembedding, preferred_element_type=dtype)
         dw = dw + jnp.einsum("bcd,bcv->dv", h, dlogits, preferred_element_type=dtype)
-        return dw, (lp, dh.astype(hidden.dtype))
+        if inv_temp is not None:
+            # d logp / d (1/T) = z[token] - Σ_v softmax(z/T)_v z_v: the temperature's gradient,
+            # as the composition's autodiff gives it.
+            picked = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]
+            mean_z = jnp.sum(softmax * logits, axis=-1)
+            d_inv_temp = d_inv_temp + jnp.sum(g * (picked - mean_z))
+        return (dw, d_inv_temp), (lp, dh.astype(hidden.dtype))
 
-    init = jnp.zeros(unembedding.shape, dtype) if with_grad else None
+    init = (jnp.zeros(unembedding.shape, dtype), jnp.zeros((), dtype)) if with_grad else None
     xs = (jnp.arange(num_chunks), hidden, tokens, valid)
-    dw, (lp, dh) = jax.lax.scan(step, init, xs)
-    return lp, dh, dw
+    carry, (lp, dh) = jax.lax.scan(step, init, xs)
+    return lp, dh, carry
 
 
 def _chunks_of(x, num_chunks, chunk_size):  # [B, n*c, ...] -> [n, B, c, ...]
@@ -116,24 +123,45 @@ def _loss(lp_chunks, loss_args, options) -> PolicyLoss:
                              **args, **dict(options))
 
 
+# The scalar hyperparameters of the loss: their gradients (d loss / d normalizer, kl_coef, ...)
+# are the loss body's at the computed log-probs, which do not depend on them.
+_HYPER = ("clip_low", "clip_high", "dual_clip", "ratio_cap", "normalizer", "kl_coef",
+          "rollout_is_threshold", "entropy_coef", "log_ratio_clamp", "kl_clamp")
+
+
+def _loss_args(consts):
+    return {k: v for k, v in consts.items() if k != "temperature"}
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def _fused(hidden, unembedding, tokens, valid, consts, statics):
     lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, statics, with_grad=False)
-    return _loss(lp, {k: v for k, v in consts.items() if k != "temperature"}, statics[1])
+    return _loss(lp, _loss_args(consts), statics[1])
 
 
 def _fused_fwd(hidden, unembedding, tokens, valid, consts, statics):
-    lp, dh, dw = _run(hidden, unembedding, tokens, valid, consts, statics, with_grad=True)
-    out = _loss(lp, {k: v for k, v in consts.items() if k != "temperature"}, statics[1])
-    return out, (dh, dw.astype(unembedding.dtype))
+    lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, statics,
+                                    with_grad=True)
+    out = _loss(lp, _loss_args(consts), statics[1])
+    return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts)
 
 
 def _fused_bwd(statics, residuals, cotangent):
     # The metrics are stop_gradient quantities of policy_loss: only the loss carries a gradient.
-    dh, dw = residuals
+    # old_logp, advantages, ref_logp and rollout_logp are constants of policy_loss (no gradient).
+    dh, dw, d_inv_temp, lp, consts = residuals
     g = cotangent.loss
+    args = _loss_args(consts)
+    hyper = {k: args[k] for k in _HYPER if args.get(k) is not None}
+    _, hyper_vjp = jax.vjp(lambda hy: _loss(lp, {**args, **hyper, **hy}, statics[1]).loss, hyper)
+    (d_hyper,) = hyper_vjp(g)
+    d_consts = {k: d_hyper.get(k) for k in consts}
+    if consts.get("temperature") is not None:
+        _, temp_vjp = jax.vjp(lambda t: _inverse_temperature(t, d_inv_temp.dtype),
+                              consts["temperature"])
+        (d_consts["temperature"],) = temp_vjp(g * d_inv_temp)
     return ((g * dh.astype(g.dtype)).astype(dh.dtype), (g * dw.astype(g.dtype)).astype(dw.dtype),
-            None, None, None)
+            None, None, d_consts)
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
@@ -186,7 +214,10 @@ def policy_loss_from_hidden(
     elementwise pass, ``d h = d z Wᵀ`` (GEMM 2) and ``d W += hᵀ d z`` (GEMM 3). The loss and its
     metrics are then :func:`policy_loss` of the ``[B, T]`` log-probs. Under ``jax.grad`` nothing
     is recomputed: a custom VJP scales the stored ``d h`` and ``d W`` by the loss's cotangent
-    (``metrics`` carry no gradient, as in :func:`policy_loss`). Without differentiation only
+    (``metrics`` carry no gradient, as in :func:`policy_loss`); the gradients w.r.t. traced
+    hyperparameters (``normalizer``, ``kl_coef``, the clip bounds, ``temperature``) are the
+    composition's too, the loss body's at the computed log-probs (the temperature's from one more
+    reduction a chunk, only when a temperature is given). Without differentiation only
     GEMM 1 runs. Temporaries: a few ``[B, c, V]`` buffers and the ``[D, V]`` float32 gradient
     accumulator; the ``[B, T, V]`` logits never exist. The per-chunk ``g`` evaluates the loss body
     on ``[B, T]`` arrays once per chunk: ``O(B·T)`` elementwise work a chunk, nothing next to a
