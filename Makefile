@@ -47,6 +47,7 @@ demo: $(DEMO_STAMP)
 # memory-floor comparison would measure the allocator rather than the kernel. Both runs are reported.
 bench: $(BENCH_STAMP)
 	GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $(PY) -m benchmarks.speed $(BENCH_ARGS)
+	$(PY) -m benchmarks.nnx_step head  # the credit computation's share of a head-dominated step
 
 # The default environment (no glibc tunables), where every fresh XLA output pays its page faults.
 bench-nohuge: $(BENCH_STAMP)

@@ -11,6 +11,12 @@
 # bench.log. The benchmark stops after BENCH_TIMEOUT seconds (default 540); on a host whose JAX
 # sees no GPU it exits 2 before timing anything (`--require gpu`). Arguments after OUT_DIR go to
 # `python -m credax.bench`; PRESET and REQUIRE (default gpu, gpu) exist for the suite's CPU check.
+# The bench includes the `lm_head` case (the gpu preset: B=4, T=512, D=2048, V=32k and 128k, credax
+# fused and chunked, naive JAX, torch chunked, the 3-GEMM floor). Then, when flax and optax import,
+# the NNX step with a head-dominated model and the credit computation's share of it
+# (`benchmarks/nnx_step.py head --head-size NNX_SIZE`: gpu, or quick with PRESET=quick; NNX_TIMEOUT
+# seconds, default 240) goes to nnx_step.log; without them, or when the bench refused the host
+# (exit 2: no GPU), the log says it was skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: bash benchmarks/gpu_host.sh OUT_DIR}"
@@ -42,4 +48,16 @@ cat "$out/host.txt"
 PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
   timeout "${BENCH_TIMEOUT:-540}" "$py" -m credax.bench --preset "${PRESET:-gpu}" --require "${REQUIRE:-gpu}" \
   --out "$out" "${@:2}" 2>&1 | tee "$out/bench.log"
-exit "${PIPESTATUS[0]}"
+status="${PIPESTATUS[0]}"
+
+nnx_size="${NNX_SIZE:-$([ "${PRESET:-gpu}" = quick ] && echo quick || echo gpu)}"
+if [ "$status" = 2 ]; then
+  echo "nnx_step: skipped (the benchmark refused this host)" | tee "$out/nnx_step.log"
+elif PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" "$py" -c "import flax.nnx, optax" >/dev/null 2>&1; then
+  PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+    timeout "${NNX_TIMEOUT:-240}" "$py" -m benchmarks.nnx_step head --head-size "$nnx_size" \
+    2>&1 | tee "$out/nnx_step.log"
+else
+  echo "nnx_step: skipped (flax or optax does not import on this host)" | tee "$out/nnx_step.log"
+fi
+exit "$status"

@@ -33,6 +33,7 @@ ADDITIONS = {
     "PolicyMetrics",  # the metrics NamedTuple of PolicyLoss
     "validate_rewards", "validate_alternatives",  # eager checks of [B] rewards and alternatives (#13)
     "Normalization",  # issue 12: the one normalisation options object
+    "policy_loss_from_hidden",  # issue 31: the fused LM-head policy loss (three GEMMs a chunk)
 }
 # Issue 15's estimators (documented in docs/guides/estimators.md), listed by hand from the issue.
 ESTIMATORS = {

@@ -111,7 +111,7 @@ def test_lm_head_case_checks_values_and_gradients_then_reports_floor_and_memory(
     _, data, _ = quick_run
     (rec,) = [r for r in data["cases"] if r["case"] == "lm_head"]
     b, t, d, v, c = (rec["params"][k] for k in ("B", "T", "D", "V", "chunk"))
-    expected = {"credax_chunked", "naive_jax", "credax_fused_experimental", "matmul_floor"}
+    expected = {"credax_chunked", "naive_jax", "credax_fused", "matmul_floor"}
     if data["meta"]["machine"]["torch"]:
         expected.add("torch_chunked")
     assert set(rec["results"]) == expected
@@ -122,8 +122,10 @@ def test_lm_head_case_checks_values_and_gradients_then_reports_floor_and_memory(
     # the naive program holds the whole logits at least once: T / c chunks or more
     assert mem["naive_jax"]["temp_chunks"] >= t / c
     assert mem["credax_chunked"]["temp_chunks"] < mem["naive_jax"]["temp_chunks"]
-    assert mem["credax_nnx"]["temp_bytes"] > 0
-    assert "credax_chunked/matmul_floor" in rec["ratios"]
+    assert mem["credax_nnx"]["temp_bytes"] > 0 and mem["credax_nnx_fused"]["temp_bytes"] > 0
+    assert mem["credax_fused"]["temp_chunks"] < mem["naive_jax"]["temp_chunks"]
+    assert {"credax_chunked/matmul_floor", "credax_fused/matmul_floor",
+            "torch_chunked/credax_fused"} <= set(rec["ratios"])
     md = (quick_run[0] / "speed-cpu.md").read_text()
     assert "LM head" in md and "GFLOP/s measured in this run" in md
 
@@ -232,6 +234,7 @@ def test_gpu_host_script_records_the_host_and_runs_the_benchmark_from_src(tmp_pa
     host = (refused / "host.txt").read_text()
     assert f"from {root / 'src' / 'credax'}" in host and "\njax 0." in host, host
     assert not (refused / "speed-gpu.json").exists()
+    assert "skipped" in (refused / "nnx_step.log").read_text()
     # the same script end to end on the CPU at toy sizes (PRESET / REQUIRE exist for this check)
     out = tmp_path / "ran"
     proc = subprocess.run(["bash", "benchmarks/gpu_host.sh", str(out), "--only", "grpo",
@@ -241,6 +244,9 @@ def test_gpu_host_script_records_the_host_and_runs_the_benchmark_from_src(tmp_pa
     data = json.loads((out / "speed-cpu.json").read_text())
     assert data["failures"] == [] and [r["case"] for r in data["cases"]] == ["grpo"] * 2
     assert (out / "bench.log").read_text().startswith("credax speed benchmark")
+    # then the NNX step's credit share (the quick head size here), with its conditions
+    nnx_log = (out / "nnx_step.log").read_text()
+    assert "credit:" in nnx_log and "conditions:" in nnx_log, nnx_log
 
 
 def test_runner_does_not_time_a_wrong_implementation():

@@ -28,6 +28,19 @@ def test_nnx_step_benchmark_runs(capsys):
     assert "median step" in capsys.readouterr().out
 
 
+def test_nnx_step_head_reports_the_credit_share_with_conditions(capsys):
+    # plumbing only (the quick head size): the fused head step, TCPO + GRPO on its turn tensors,
+    # their share of the step and the conditions it was measured under
+    from benchmarks import nnx_step
+
+    with jax.numpy_dtype_promotion("standard"):
+        out = nnx_step.head(1, **nnx_step.HEAD_SIZES["quick"])
+    text = capsys.readouterr().out
+    assert "fused" in text and "conditions:" in text and "load average" in text
+    assert "both" in text and "goal < 1%" in text
+    assert 0 < out["credit_share"] == (out["tcpo_s"] + out["grpo_s"]) / out["step_s"]
+
+
 def test_memory_benchmark_runs(capsys):
     from benchmarks import memory
 

@@ -117,6 +117,27 @@ def test_hidden_path_equals_logits_path(chunk_size):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_fused_path_equals_the_two_call_path(chunk_size):
+    # fused=True: credax.policy_loss_from_hidden on the shifted batch, same value, metrics, grads
+    model = TinyLM(17, 8, rngs=nnx.Rngs(4))
+    batch = _batch(model, seed=4)
+    def grad(**options):
+        fn = functools.partial(cnnx.policy_loss_fn, apply=hidden_pair, chunk_size=chunk_size,
+                               dual_clip=3.0, **options)
+        return nnx.jit(nnx.value_and_grad(fn, has_aux=True))(model, batch)
+
+    (loss, metrics), g = grad()
+    (loss_f, metrics_f), g_f = grad(fused=True)
+    np.testing.assert_allclose(loss_f, loss, rtol=1e-5, atol=1e-7)
+    for a, b in zip(metrics_f, metrics, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    for a, b in zip(jax.tree.leaves(g_f), jax.tree.leaves(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="fused"):
+        cnnx.policy_loss_fn(model, batch, fused=True)      # logits: no (hidden, unembedding)
+
+
 def test_chunk_size_needs_hidden_pair():
     model = TinyLM(17, 8, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="chunk_size"):
@@ -270,3 +291,6 @@ def test_chunked_head_memory_bound_holds_under_the_nnx_wrapper():
     assert whole >= 8 * chunk, whole / chunk  # the analysis counts [B, T, V] buffers
     assert plain <= 2.1 * chunk + head, (plain - head) / chunk
     assert wrapped <= plain + 0.05 * chunk, (wrapped - plain) / chunk
+    # the fused path (policy_loss_from_hidden) under the wrapper: the same bound
+    fused = nnx_temp_bytes(_Env, hidden, unembedding, tokens, old, adv, mask, c, fused=True)
+    assert fused <= 2.1 * chunk + head, (fused - head) / chunk

@@ -55,6 +55,7 @@ from ._grouping import group_count as group_count
 from ._grouping import group_mean as group_mean
 from ._grouping import group_normalize as group_normalize
 from ._grouping import peer_mean as peer_mean
+from ._head import policy_loss_from_hidden as policy_loss_from_hidden
 from ._hgpo import HGPO as HGPO
 from ._hgpo import hgpo_advantages as hgpo_advantages
 from ._logprobs import LogprobsEntropy as LogprobsEntropy

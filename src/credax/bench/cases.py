@@ -11,7 +11,8 @@ Peer cases (credax against NumPy and, with torch installed, the torch implementa
   against ``[B, K]`` turn advantages gathered inside the loss.
 * ``lm_head``: ``jax.value_and_grad`` of the policy loss from hidden states through an
   unembedding at LLM vocabulary sizes — credax's chunked ``token_logprobs_from_hidden`` +
-  ``policy_loss`` against the naive full log-softmax, a fused variant (experimental, in this file),
+  ``policy_loss`` (two calls, four GEMMs) and the fused ``policy_loss_from_hidden`` (three GEMMs)
+  against the naive full log-softmax,
   a Liger-style chunked torch loss and the floor of the same run: the three LM-head GEMMs as plain
   ``jnp.dot`` calls; with compiled temporaries and process peak memory per chunk of logits.
 
@@ -510,51 +511,8 @@ def case_policy_loss(env: Env, runner: Runner, length: int) -> None:
                     [("turn_advantages", "token_advantages")], rtol=1e-4, atol=1e-5)
 
 
-def fused_chunked_policy_loss(env: Env, chunk_size: int):
-    """EXPERIMENTAL, not public API: the policy loss from hidden states with its gradient computed
-    in the forward pass, chunk by chunk (Liger-Kernel's scheme, in JAX).
-
-    ``credax.token_logprobs_from_hidden(chunk_size=c)`` followed by ``credax.policy_loss`` must
-    recompute each chunk's logits in the backward pass (the loss's gradient is not known when the
-    log-probs are computed): four ``[N, D] x [D, V]``-sized GEMMs. Here each chunk's loss is
-    differentiated inside the forward scan — its log-probs, its share of the token-mean loss
-    (``normalizer`` = the batch's valid count) and the gradients w.r.t. the chunk's hidden states
-    and the unembedding — so the logits are computed once: three GEMMs, the floor. Returns
-    ``f(hidden, unembedding, tokens, old_logp, advantages, mask) -> (loss, (d hidden, d W))``,
-    jitted; ``advantages`` per row ``[B]``; ``T`` must be a multiple of ``chunk_size``.
-    """
-    jax, jnp, credax = env.jax, env.jnp, env.credax
-
-    def chunk_loss(h, w, tok, old, adv, m, count):
-        lp = credax.token_logprobs_from_hidden(h, w, tok, mask=m)
-        return credax.policy_loss(lp, old, adv, m, normalizer=count).loss
-
-    grad = jax.value_and_grad(chunk_loss, argnums=(0, 1))
-
-    def loss_and_grads(hidden, unembedding, tokens, old_logp, advantages, mask):
-        batch, length, dim = hidden.shape
-        count = jnp.maximum(jnp.sum(mask), 1).astype(jnp.float32)
-        n = length // chunk_size
-
-        def chunks(x):
-            return jnp.moveaxis(x.reshape(batch, n, chunk_size, *x.shape[2:]), 1, 0)
-
-        def step(carry, xs):
-            loss, dw = carry
-            h, tok, old, m = xs
-            value, (dh, dw_chunk) = grad(h, unembedding, tok, old, advantages, m, count)
-            return (loss + value, dw + dw_chunk), dh
-
-        init = (jnp.zeros((), jnp.float32), jnp.zeros_like(unembedding))
-        (loss, dw), dh = jax.lax.scan(step, init, tuple(map(chunks, (hidden, tokens, old_logp,
-                                                                    mask))))
-        return loss, (jnp.moveaxis(dh, 0, 1).reshape(batch, length, dim), dw)
-
-    return jax.jit(loss_and_grads)
-
-
 def nnx_temp_bytes(env: Env, hidden, unembedding, tokens, old_logp, advantages, mask,
-                   chunk_size: int) -> int | None:
+                   chunk_size: int, fused: bool = False) -> int | None:
     """Compiled temporaries of ``nnx.value_and_grad(credax.nnx.policy_loss_fn)`` on a model that
     returns ``(hidden, unembedding)`` (both parameters, so nothing but the loss is in the program),
     with ``chunk_size``; ``None`` without flax."""
@@ -573,7 +531,8 @@ def nnx_temp_bytes(env: Env, hidden, unembedding, tokens, old_logp, advantages, 
     graph, state = nnx.split(Head())
     batch = cnnx.PolicyBatch(tokens, mask, old_logp, advantages)
     apply = lambda m, _: (m.hidden[...], m.unembedding[...])
-    loss_fn = functools.partial(cnnx.policy_loss_fn, apply=apply, chunk_size=chunk_size)
+    loss_fn = functools.partial(cnnx.policy_loss_fn, apply=apply, chunk_size=chunk_size,
+                                fused=fused)
 
     def step(state, batch):
         model = nnx.merge(graph, state)
@@ -629,7 +588,10 @@ def case_lm_head(env: Env, runner: Runner, batch: int, length: int, dim: int, vo
 
     chunked = jax.jit(jax.value_and_grad(credax_loss, argnums=(0, 1)))
     naive = jax.jit(jax.value_and_grad(naive_loss, argnums=(0, 1)))
-    fused = fused_chunked_policy_loss(env, chunk_size)
+    def fused_loss(h, w, tok, od, adv, m):
+        return credax.policy_loss_from_hidden(h, w, tok, od, adv, m, chunk_size=chunk_size).loss
+
+    fused = jax.jit(jax.value_and_grad(fused_loss, argnums=(0, 1)))
     args = (h_j, w_j, tok_j, old_j, adv_j, m_j)
     # the floor: the three GEMMs of the head, forward and backward, as plain jnp.dot calls
     h2 = h_j.reshape(tokens_n, dim)
@@ -648,8 +610,9 @@ def case_lm_head(env: Env, runner: Runner, batch: int, length: int, dim: int, vo
              "value_and_grad", jax_out),
         Impl("naive_jax", env.jax_run(naive, *args),
              "JAX full logits + log_softmax + the same policy_loss, value_and_grad", jax_out),
-        Impl("credax_fused_experimental", env.jax_run(fused, *args),
-             "experimental: the chunk's gradient computed in the forward scan (3 GEMMs)", jax_out),
+        Impl("credax_fused", env.jax_run(fused, *args),
+             f"credax policy_loss_from_hidden(chunk_size={chunk_size}), value_and_grad: the "
+             "chunk's gradient in the forward scan (3 GEMMs a chunk)", jax_out),
         Impl("matmul_floor", floor, "floor: the 3 LM-head GEMMs as plain jnp.dot calls",
              lambda out: reference),
     ]
@@ -671,11 +634,10 @@ def case_lm_head(env: Env, runner: Runner, batch: int, length: int, dim: int, vo
     if tol > 1e-4:
         notes.append(f"tolerance {tol} of each gradient's scale on {env.jax_device.platform} "
                      "(JAX's default float32 matmul precision there is not full float32)")
-    ratios = [("credax_chunked", "matmul_floor"), ("naive_jax", "matmul_floor"),
-              ("credax_fused_experimental", "matmul_floor"), ("torch_chunked", "matmul_floor"),
-              ("torch_chunked", "credax_chunked"), ("naive_jax", "credax_chunked"),
-              ("credax_chunked", "credax_fused_experimental"),
-              ("torch_chunked", "credax_fused_experimental")]
+    ratios = [("credax_fused", "matmul_floor"), ("credax_chunked", "matmul_floor"),
+              ("naive_jax", "matmul_floor"), ("torch_chunked", "matmul_floor"),
+              ("torch_chunked", "credax_fused"), ("torch_chunked", "credax_chunked"),
+              ("naive_jax", "credax_chunked"), ("credax_chunked", "credax_fused")]
     rec = runner.run_case("lm_head", params, tokens_n, "tokens", reference, impls, ratios,
                           rtol=tol, atol=tol, notes=notes)
 
@@ -689,7 +651,7 @@ def case_lm_head(env: Env, runner: Runner, batch: int, length: int, dim: int, vo
     rec["chunk_bytes"] = chunk_bytes
     rec["unembedding_bytes"] = dim * vocab * 4
     runs = {i.name: i.run for i in impls if i.name in rec["results"]}
-    compiled = {"credax_chunked": chunked, "naive_jax": naive, "credax_fused_experimental": fused}
+    compiled = {"credax_chunked": chunked, "naive_jax": naive, "credax_fused": fused}
     memory = {}
     for name, run in runs.items():
         entry: dict[str, Any] = {}
@@ -703,14 +665,15 @@ def case_lm_head(env: Env, runner: Runner, batch: int, length: int, dim: int, vo
         peak = call_peak_bytes(run)
         entry["process_peak_bytes"], entry["process_peak_how"] = peak["bytes"], peak["how"]
         memory[name] = entry
-    nnx_temp = nnx_temp_bytes(env, h_j, w_j, tok_j, old_j, adv_j, m_j, chunk_size)
-    if nnx_temp is not None:
-        memory["credax_nnx"] = {"temp_bytes": nnx_temp}
+    for name, fused_nnx in (("credax_nnx", False), ("credax_nnx_fused", True)):
+        nnx_temp = nnx_temp_bytes(env, h_j, w_j, tok_j, old_j, adv_j, m_j, chunk_size, fused_nnx)
+        if nnx_temp is not None:
+            memory[name] = {"temp_bytes": nnx_temp}
     for name, entry in memory.items():
         for key in ("temp_bytes", "process_peak_bytes"):
             if entry.get(key) is not None:
                 entry[key.replace("_bytes", "_chunks")] = entry[key] / chunk_bytes
-        if name in ("credax_chunked", "credax_fused_experimental", "credax_nnx") and entry.get(
+        if name.startswith(("credax_chunked", "credax_fused", "credax_nnx")) and entry.get(
                 "temp_bytes") is not None:
             # what is left once the one [D, V] buffer of a chunk's unembedding gradient (the
             # GEMM's output, before it is added to the running sum) is taken out
@@ -963,12 +926,14 @@ def evaluate_targets(cases: list[dict], sweep: list[dict]) -> list[dict]:
           "credax_triage_broadcast/copy_floor", "<=", 2.5)
     for vocab in (32768, 131072):
         v = f"V={vocab // 1024}k"
-        ratio(f"LM head {v}: credax chunked value_and_grad / the 3 LM-head GEMMs (matmul floor)",
-              "lm_head", {"V": vocab}, "credax_chunked/matmul_floor", "<=", 1.3)
-        ratio(f"LM head {v}: torch chunked (Liger style) / credax chunked (speed-up)", "lm_head",
-              {"V": vocab}, "torch_chunked/credax_chunked", ">=", 1.0)
+        for impl, what in (("credax_fused", "credax fused"), ("credax_chunked", "credax chunked")):
+            ratio(f"LM head {v}: {what} value_and_grad / the 3 LM-head GEMMs (matmul floor)",
+                  "lm_head", {"V": vocab}, f"{impl}/matmul_floor", "<=", 1.3)
+            ratio(f"LM head {v}: torch chunked (Liger style) / {what} (speed-up)", "lm_head",
+                  {"V": vocab}, f"torch_chunked/{impl}", ">=", 1.0)
         rec = _find(cases, "lm_head", V=vocab)
-        for impl, what in (("credax_chunked", "credax chunked"), ("credax_nnx", "credax.nnx")):
+        for impl, what in (("credax_fused", "credax fused"), ("credax_chunked", "credax chunked"),
+                           ("credax_nnx_fused", "credax.nnx fused"), ("credax_nnx", "credax.nnx")):
             mem = (rec or {}).get("memory", {}).get(impl, {})
             value = mem.get("temp_chunks")
             targets.append({"target": f"LM head {v}: {what} value_and_grad compiled temporaries, "

@@ -1,0 +1,359 @@
+"""The policy loss straight from hidden states: one chunked pass, three GEMMs a chunk.
+
+``policy_loss(token_logprobs_from_hidden(h, W, tokens, chunk_size=c), ...)`` cannot know the
+loss's gradient while it computes a chunk's log-probs, so under ``jax.grad`` its backward pass
+recomputes every chunk's logits: four ``[N, D] x [D, V]``-sized GEMMs in all (forward, recompute,
+``d h``, ``d W``). With a per-token ratio the loss is a sum of per-token terms whose weights depend
+on the mask only (every aggregation mode is ``Σ_{b,t} w_{b,t} ℓ(logp_{b,t})``), so a token's
+gradient ``∂L/∂logp_{b,t}`` is known the moment its log-prob is: :func:`policy_loss_from_hidden`
+computes it inside the forward scan, chunk by chunk, and with it the chunk's ``d h`` and its share
+of ``d W`` (Liger-Kernel's fused linear losses compute their gradients in the forward pass the same
+way). Three GEMMs a chunk, the floor; the backward pass only scales the stored gradients.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from . import _checks
+from ._api import jit_public
+from ._logprobs import _check_logprobs_args, _check_tokens, _inverse_temperature, _scaled
+from ._losses import (
+    AGG_MODES,
+    KL_ESTIMATORS,
+    LOG_RATIO_CLAMP,
+    RATIO_LEVELS,
+    ROLLOUT_IS_LEVELS,
+    PolicyLoss,
+    _check_policy_args,
+    _policy_loss_body,
+    check_agg,
+)
+
+_STATIC = ("chunk_size", "agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight")
+# Token arrays of the loss, padded to the chunked length (masked there) with these values.
+_TOKEN_FIELDS = ("old_logp", "ref_logp", "rollout_logp")
+
+
+def _check_args(arguments) -> None:
+    _check_logprobs_args(arguments)
+    _check_policy_args(arguments)
+
+
+def _chunk_logprobs(h, w, tok, valid, dtype, inv_temp):
+    """Logits ``h @ w`` (accumulated in ``dtype``) of one chunk and their token log-probs, as
+    :func:`credax.token_logprobs_from_hidden` computes them (NaN for out-of-range tokens, 0 masked)."""
+    logits = jnp.einsum("bcd,dv->bcv", h, w, preferred_element_type=dtype)
+    vocab = logits.shape[-1]
+    in_range = (tok >= 0) & (tok < vocab)
+    safe = jnp.where(in_range & valid, tok, jnp.zeros_like(tok))
+    z = _scaled(logits, inv_temp)
+    picked = jnp.take_along_axis(z, safe[..., None], axis=-1)[..., 0]
+    lse = jax.nn.logsumexp(z, axis=-1)
+    lp = jnp.where(in_range, picked - lse, jnp.full_like(lse, jnp.nan))
+    return logits, safe, in_range, lse, _checks.select(valid, lp)
+
+
+def _run(hidden, unembedding, tokens, valid, consts, statics, with_grad: bool):
+    """The chunked scan over ``[n, B, c, ...]`` inputs: the ``[n, B, c]`` log-probs and, with
+    ``with_grad``, the gradients of the loss w.r.t. the chunked hidden states and ``unembedding``."""
+    chunk_size, options = statics
+    dtype = _checks.compute_dtype(hidden.dtype)
+    inv_temp = _inverse_temperature(consts["temperature"], dtype)
+    num_chunks, batch, _, dim = hidden.shape
+    loss_args = _loss_args(consts)
+
+    def loss_of(lp_chunks):  # [n, B, c] log-probs -> the scalar loss
+        return _loss(lp_chunks, loss_args, options).loss
+
+    # Positions outside the chunk being differentiated hold the behaviour policy's log-probs
+    # (ratio 1, finite): with a per-token ratio their values do not enter the chunk's gradient.
+    base = _chunks_of(_checks.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
+                      num_chunks, chunk_size)
+
+    def step(carry, xs):
+        index, h, tok, m = xs
+        logits, safe, in_range, lse, lp = _chunk_logprobs(h, unembedding, tok, m, dtype, inv_temp)
+        if not with_grad:
+            return carry, (lp, None)
+        dw, d_inv_temp = carry
+        g = jax.grad(lambda x: loss_of(base.at[index].set(x)))(lp)
+        # An out-of-range token is NaN in the loss; like the composition, it sends no gradient.
+        g = jnp.where(in_range & m, g, jnp.zeros_like(g))
+        coef = g if inv_temp is None else g * inv_temp
+        # d logp / d logits = (onehot - softmax(z / T)) / T, one elementwise pass over the chunk.
+        softmax = jnp.exp(_scaled(logits, inv_temp) - lse[..., None])
+        vocab = jax.lax.broadcasted_iota(safe.dtype, logits.shape, logits.ndim - 1)
+        onehot = (vocab == safe[..., None]).astype(dtype)
+        dlogits = (coef[..., None] * (onehot - softmax)).astype(unembedding.dtype)
+        dh = jnp.einsum("bcv,dv->bcd", dlogits, unembedding, preferred_element_type=dtype)
+        dw = dw + jnp.einsum("bcd,bcv->dv", h, dlogits, preferred_element_type=dtype)
+        if inv_temp is not None:
+            # d logp / d (1/T) = z[token] - Σ_v softmax(z/T)_v z_v: the temperature's gradient,
+            # as the composition's autodiff gives it.
+            picked = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]
+            mean_z = jnp.sum(softmax * logits, axis=-1)
+            d_inv_temp = d_inv_temp + jnp.sum(g * (picked - mean_z))
+        return (dw, d_inv_temp), (lp, dh.astype(hidden.dtype))
+
+    init = (jnp.zeros(unembedding.shape, dtype), jnp.zeros((), dtype)) if with_grad else None
+    xs = (jnp.arange(num_chunks), hidden, tokens, valid)
+    carry, (lp, dh) = jax.lax.scan(step, init, xs)
+    return lp, dh, carry
+
+
+def _chunks_of(x, num_chunks, chunk_size):  # [B, n*c, ...] -> [n, B, c, ...]
+    batch = x.shape[0]
+    return jnp.moveaxis(x.reshape(batch, num_chunks, chunk_size, *x.shape[2:]), 1, 0)
+
+
+def _unchunk(x):  # [n, B, c, ...] -> [B, n*c, ...]
+    x = jnp.moveaxis(x, 0, 1)
+    return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
+
+
+def _loss(lp_chunks, loss_args, options) -> PolicyLoss:
+    args = dict(loss_args)
+    lp = _unchunk(lp_chunks)
+    return _policy_loss_body(lp, args.pop("old_logp"), args.pop("advantages"), args.pop("mask"),
+                             **args, **dict(options))
+
+
+# The scalar hyperparameters of the loss: their gradients (d loss / d normalizer, kl_coef, ...)
+# are the loss body's at the computed log-probs, which do not depend on them.
+_HYPER = ("clip_low", "clip_high", "dual_clip", "ratio_cap", "normalizer", "kl_coef",
+          "rollout_is_threshold", "entropy_coef", "log_ratio_clamp", "kl_clamp")
+
+
+def _loss_args(consts):
+    return {k: v for k, v in consts.items() if k != "temperature"}
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _fused(hidden, unembedding, tokens, valid, consts, statics):
+    lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, statics, with_grad=False)
+    return _loss(lp, _loss_args(consts), statics[1])
+
+
+def _fused_fwd(hidden, unembedding, tokens, valid, consts, statics):
+    lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, statics,
+                                    with_grad=True)
+    out = _loss(lp, _loss_args(consts), statics[1])
+    return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts)
+
+
+def _fused_bwd(statics, residuals, cotangent):
+    # The metrics are stop_gradient quantities of policy_loss: only the loss carries a gradient.
+    # old_logp, advantages, ref_logp and rollout_logp are constants of policy_loss (no gradient).
+    dh, dw, d_inv_temp, lp, consts = residuals
+    g = cotangent.loss
+    args = _loss_args(consts)
+    hyper = {k: args[k] for k in _HYPER if args.get(k) is not None}
+    _, hyper_vjp = jax.vjp(lambda hy: _loss(lp, {**args, **hyper, **hy}, statics[1]).loss, hyper)
+    (d_hyper,) = hyper_vjp(g)
+    d_consts = {k: d_hyper.get(k) for k in consts}
+    if consts.get("temperature") is not None:
+        _, temp_vjp = jax.vjp(lambda t: _inverse_temperature(t, d_inv_temp.dtype),
+                              consts["temperature"])
+        (d_consts["temperature"],) = temp_vjp(g * d_inv_temp)
+    return ((g * dh.astype(g.dtype)).astype(dh.dtype), (g * dw.astype(g.dtype)).astype(dw.dtype),
+            None, None, d_consts)
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+@jit_public(static_argnames=_STATIC, check=_check_args)
+def policy_loss_from_hidden(
+    hidden: Float[Array, "B T D"],
+    unembedding: Float[Array, "D V"],
+    tokens: Int[Array, "B T"],
+    old_logp: Float[Array, "B T"],
+    advantages: Float[Array, "B T"] | Float[Array, "B K"] | Float[Array, " B"],
+    mask: Bool[Array, "B T"],
+    *,
+    chunk_size: int | None = None,
+    temperature: float | Float[Array, ""] | None = None,
+    clip_low: float | Float[Array, ""] = 0.2,
+    clip_high: float | Float[Array, ""] = 0.2,
+    dual_clip: float | Float[Array, ""] | None = None,
+    ratio_cap: float | Float[Array, ""] | None = None,
+    agg: str = "token-mean",
+    normalizer: float | Float[Array, ""] | None = None,
+    ref_logp: Float[Array, "B T"] | None = None,
+    kl_coef: float | Float[Array, ""] = 0.0,
+    kl_estimator: str = "k3",
+    ratio: str = "token",
+    token_turn: Int[Array, "B T"] | None = None,
+    rollout_logp: Float[Array, "B T"] | None = None,
+    rollout_is: str = "token",
+    rollout_is_threshold: float | Float[Array, ""] = 2.0,
+    entropy: Float[Array, "B T"] | None = None,
+    entropy_coef: float | Float[Array, ""] = 0.0,
+    log_ratio_clamp: float | tuple[float, float] | Float[Array, ""] = LOG_RATIO_CLAMP,
+    kl_clamp: float | Float[Array, ""] | None = None,
+    kl_ratio_weight: bool = False,
+) -> PolicyLoss:
+    """:func:`policy_loss` of the log-probs of ``hidden @ unembedding``, fused: three GEMMs a chunk.
+
+    Equals ``policy_loss(token_logprobs_from_hidden(hidden, unembedding, tokens, mask=mask,
+    chunk_size=c, temperature=T), old_logp, advantages, mask, **options)`` — value, metrics and
+    the gradients w.r.t. ``hidden`` and ``unembedding`` — up to float summation order, with every
+    option of :func:`policy_loss` but ``ratio="sequence"`` and ``entropy``.
+
+    How: with a per-token ratio the loss is ``Σ_{b,t} w_{b,t} ℓ_{b,t}(logp_{b,t})`` where the
+    weights ``w`` depend on the mask alone (``1/N`` for token-mean, ``1/(n_b S)`` for
+    seq-mean-token-mean, ...), so ``∂L/∂logp_{b,t}`` is known as soon as ``logp_{b,t}`` is. One
+    ``lax.scan`` over chunks of ``c`` positions computes, per chunk: the logits ``z = h W`` (GEMM 1),
+    their log-sum-exp and the taken token's log-prob, the chunk's ``g = ∂L/∂logp`` (autodiff of the
+    same loss body :func:`policy_loss` runs), ``d z = g (onehot - softmax(z/T)) / T`` in one
+    elementwise pass, ``d h = d z Wᵀ`` (GEMM 2) and ``d W += hᵀ d z`` (GEMM 3). The loss and its
+    metrics are then :func:`policy_loss` of the ``[B, T]`` log-probs. Under ``jax.grad`` nothing
+    is recomputed: a custom VJP scales the stored ``d h`` and ``d W`` by the loss's cotangent
+    (``metrics`` carry no gradient, as in :func:`policy_loss`); the gradients w.r.t. traced
+    hyperparameters (``normalizer``, ``kl_coef``, the clip bounds, ``temperature``) are the
+    composition's too, the loss body's at the computed log-probs (the temperature's from one more
+    reduction a chunk, only when a temperature is given). Without differentiation only
+    GEMM 1 runs. Temporaries: a few ``[B, c, V]`` buffers and the ``[D, V]`` float32 gradient
+    accumulator; the ``[B, T, V]`` logits never exist. The per-chunk ``g`` evaluates the loss body
+    on ``[B, T]`` arrays once per chunk: ``O(B·T)`` elementwise work a chunk, nothing next to a
+    GEMM of ``B·c·D·V``.
+
+    ``T`` need not be a multiple of ``c`` (the last chunk is padded and masked internally). In
+    bfloat16 the GEMM operands stay bfloat16 and ``d W`` is accumulated in float32 over chunks,
+    then cast to the parameter's dtype.
+
+    Args:
+      hidden: ``float[B, T, D]`` final hidden states; ``hidden[:, t]`` scores ``tokens[:, t]``.
+      unembedding: ``float[D, V]`` output projection.
+      tokens: ``int[B, T]`` taken token ids.
+      old_logp, advantages, mask: as in :func:`policy_loss` (``mask`` is also the log-probs'
+        mask: masked hidden states, tokens and log-probs affect nothing, gradients included).
+      chunk_size: static; positions per chunk (``None``: one chunk of the whole sequence).
+      temperature: optional sampling temperature ``T > 0`` (may be traced), as in
+        :func:`token_logprobs_from_hidden`.
+      clip_low, clip_high, dual_clip, ratio_cap, agg, normalizer, ref_logp, kl_coef,
+        kl_estimator, token_turn, rollout_logp, rollout_is, rollout_is_threshold,
+        log_ratio_clamp, kl_clamp, kl_ratio_weight: as in :func:`policy_loss`.
+      ratio: only ``"token"``: GSPO's sequence ratio couples a row's tokens, so no token's
+        gradient is known before the whole row is; use the two-call composition for it.
+      entropy, entropy_coef: not supported (an entropy bonus needs the entropy's own gradient
+        to the logits); use ``token_logprobs_from_hidden(..., with_entropy=True)`` and
+        :func:`policy_loss`.
+
+    Returns:
+      ``PolicyLoss(loss, metrics)`` as :func:`policy_loss`. ``loss`` is NaN when an unmasked
+      token id traced by the caller's ``jit`` lies outside ``[0, V)`` (its log-prob is NaN);
+      such a token sends no gradient, as in the composition.
+
+    Raises:
+      ValueError: ``ratio="sequence"`` or an ``entropy`` (unsupported, named); everything
+        :func:`policy_loss` and :func:`token_logprobs_from_hidden` raise for (shapes,
+        ``chunk_size < 1``, hyperparameters out of range, concrete out-of-range token ids).
+      TypeError: non-integer ``tokens``, non-boolean ``mask``, a non-int ``chunk_size``.
+
+    Examples:
+      >>> import credax, jax, jax.numpy as jnp
+      >>> h = jax.random.normal(jax.random.key(0), (2, 6, 4))
+      >>> w = jax.random.normal(jax.random.key(1), (4, 11))
+      >>> tok = jnp.array([[1, 2, 3, 4, 5, 6], [0, 10, 9, 8, 7, 6]])
+      >>> mask = jnp.ones((2, 6), bool)
+      >>> old = credax.token_logprobs_from_hidden(h, w, tok) - 0.1
+      >>> adv = jnp.array([1.0, -1.0])
+      >>> fused = jax.grad(lambda h: credax.policy_loss_from_hidden(
+      ...     h, w, tok, old, adv, mask, chunk_size=4).loss)(h)
+      >>> two_calls = jax.grad(lambda h: credax.policy_loss(credax.token_logprobs_from_hidden(
+      ...     h, w, tok, mask=mask, chunk_size=4), old, adv, mask).loss)(h)
+      >>> bool(jnp.allclose(fused, two_calls, atol=1e-6))
+      True
+
+    References:
+      Liger-Kernel's chunked fused linear PPO/GRPO losses (gradients in the forward pass);
+      Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models" (arXiv 2411.09009).
+    """
+    _checks.check_option(agg, "agg", AGG_MODES)
+    _checks.check_option(kl_estimator, "kl_estimator", KL_ESTIMATORS)
+    _checks.check_option(ratio, "ratio", RATIO_LEVELS)
+    _checks.check_option(rollout_is, "rollout_is", ROLLOUT_IS_LEVELS)
+    check_agg(agg, normalizer)
+    if ratio != "token":
+        raise ValueError(
+            f"`ratio={ratio!r}` is not supported by policy_loss_from_hidden: a sequence ratio "
+            "couples every token of a row, so no token's gradient is known in the forward pass. "
+            "Use policy_loss(token_logprobs_from_hidden(..., chunk_size=c), ..., ratio='sequence').")
+    if entropy is not None:
+        raise ValueError(
+            "`entropy` is not supported by policy_loss_from_hidden (an entropy bonus needs the "
+            "entropy's gradient to the logits): use token_logprobs_from_hidden(..., "
+            "with_entropy=True) and policy_loss(..., entropy=..., entropy_coef=...).")
+
+    hidden = _checks.as_float_array(hidden, "hidden")
+    _checks.check_ndim(hidden, "hidden", 3, "[B, T, D]")
+    unembedding = _checks.as_float_array(unembedding, "unembedding")
+    _checks.check_ndim(unembedding, "unembedding", 2, "[D, V]")
+    batch, length, dim = hidden.shape
+    if unembedding.shape[1] == 0:
+        raise ValueError(f"`unembedding` must have a vocabulary axis V >= 1; got shape "
+                         f"{unembedding.shape}.")
+    if unembedding.shape[0] != dim:
+        raise ValueError(
+            f"`unembedding` must have shape [D, V] with D={dim} (the last axis of `hidden`); "
+            f"got {unembedding.shape}.")
+    shape = (batch, length)
+    tokens = _check_tokens(tokens, shape)
+    mask = _checks.as_mask(mask, "mask", shape)
+    chunk_size = length if chunk_size is None else _checks.check_static_int(
+        chunk_size, "chunk_size", minimum=1)
+    chunk_size = max(1, min(chunk_size, length))
+    if not isinstance(kl_ratio_weight, bool):
+        raise TypeError(f"`kl_ratio_weight` must be a Python bool; got {kl_ratio_weight!r}.")
+
+    common = jnp.promote_types(hidden.dtype, unembedding.dtype)
+    if not jnp.issubdtype(common, jnp.floating):
+        common = jnp.dtype(jnp.float32)
+    hidden, unembedding = hidden.astype(common), unembedding.astype(common)
+    # Masked hidden states are 0 before the GEMM: NaN there cannot reach a logit or a gradient.
+    hidden = jnp.where(mask[..., None], hidden, jnp.zeros_like(hidden))
+
+    # The loss's [B, T] inputs, checked and typed as policy_loss does, padded to whole chunks
+    # (masked there: the padding adds nothing to any sum or count).
+    old_logp = _checks.as_float_array(old_logp, "old_logp")
+    _checks.check_shape(old_logp, "old_logp", shape, "[B, T]")
+    advantages = _checks.as_float_array(advantages, "advantages")
+    if token_turn is not None:
+        token_turn = _checks.as_int_array(token_turn, "token_turn")
+        _checks.check_shape(token_turn, "token_turn", shape, "[B, T]")
+    tokens_of = dict(old_logp=old_logp, ref_logp=ref_logp, rollout_logp=rollout_logp)
+    for name in ("ref_logp", "rollout_logp"):
+        if tokens_of[name] is not None:
+            tokens_of[name] = _checks.as_float_array(tokens_of[name], name)
+            _checks.check_shape(tokens_of[name], name, shape, "[B, T]")
+
+    num_chunks = -(-length // chunk_size)
+    pad = num_chunks * chunk_size - length
+
+    def padded(x, value=0):
+        if x is None or not pad:
+            return x
+        return jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2), constant_values=value)
+
+    per_token_adv = token_turn is None and advantages.ndim == 2
+    consts = dict(
+        {name: padded(tokens_of[name]) for name in _TOKEN_FIELDS},
+        advantages=padded(advantages) if per_token_adv else advantages,
+        mask=padded(mask, False), token_turn=padded(token_turn, -1), temperature=temperature,
+        clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, ratio_cap=ratio_cap,
+        normalizer=normalizer, kl_coef=kl_coef, rollout_is_threshold=rollout_is_threshold,
+        entropy=None, entropy_coef=entropy_coef, log_ratio_clamp=log_ratio_clamp,
+        kl_clamp=kl_clamp)
+    consts = jax.tree_util.tree_map(jnp.asarray, consts)
+    # Static options as a hashable tuple of pairs (a non-differentiable custom_vjp argument).
+    options = (("agg", agg), ("kl_estimator", kl_estimator), ("ratio", ratio),
+               ("rollout_is", rollout_is), ("kl_ratio_weight", kl_ratio_weight))
+    h, tok, valid = (_chunks_of(x, num_chunks, chunk_size)
+                     for x in (padded(hidden), padded(tokens), consts["mask"]))
+    return _fused(h, unembedding, tok, valid, consts, (chunk_size, options))
