@@ -1,8 +1,14 @@
 """The public-entry plumbing of ``credax._api``: concrete vs traced values, compile once, sharding.
 
 Every public array function goes through ``jit_public``; these tests pin down what it promises on
-small functions of their own, and on two real entries (``policy_loss``, ``grpo_advantages``).
+small functions of their own, and on two real entries (``policy_loss``, ``grpo_advantages``): also
+that an unknown keyword is refused by name before tracing (a removed normalisation keyword with
+the hint saying where it went), and that ``normalization=`` is converted on the host by
+``as_normalization``, which checks a value the constructor did not build and trusts one it did.
 """
+
+import inspect
+import re
 
 import chex
 import jax
@@ -11,7 +17,8 @@ import numpy as np
 import pytest
 
 import credax
-from credax import _api, _groups
+from credax import _api, _grouping, _normalization
+from credax._normalization import MOVED_TO_NORMALIZATION, NORMALIZE_KEYS, Normalization
 
 # --------------------------------------------------------------------------------------------
 # Concrete values
@@ -116,7 +123,7 @@ def test_check_sees_bound_arguments_with_defaults_before_tracing():
 def test_convert_runs_on_the_host_and_raw_ids_share_the_program_of_groups():
     chex.clear_trace_counter()
 
-    @_groups.jit_grouped()
+    @_grouping.jit_grouped()
     @chex.assert_max_traces(n=1)
     def count(x, group_ids):
         assert isinstance(group_ids, credax.Groups)  # converted before tracing
@@ -139,9 +146,23 @@ def test_public_options_rebuild_a_real_entry(traced_once):
     r = np.array([1.0, 0.0, 0.5, 0.5, 2.0], np.float32)
     ids = np.array([4, 4, -1, -1, 9])
     expected = credax.grpo_advantages(r, ids)
-    np.testing.assert_array_equal(grpo(r, ids, eps=1e-6), expected)
-    grpo(r[::-1].copy(), credax.groups(ids), eps=1e-3)
-    grpo(r, jnp.asarray(ids), eps=0.0)
+    np.testing.assert_array_equal(grpo(r, ids, normalization=Normalization(eps=1e-6)), expected)
+    grpo(r[::-1].copy(), credax.groups(ids), normalization=Normalization(eps=1e-3))
+    grpo(r, jnp.asarray(ids), normalization=Normalization(eps=0.0))
+    with pytest.raises(TypeError, match="normalization"):  # the host conversion is rebuilt too
+        grpo(r, ids, normalization=dict(eps=0.0))
+
+
+def test_public_options_rebuild_the_keyword_hints():
+    # public_options rebuilds the entry with the same decorator options: the refusal of a removed
+    # keyword names where it went in the rebuilt entry as in the public one.
+    rebuilt = _api.jit_public(**credax.grpo_advantages.public_options)(credax.grpo_advantages.__wrapped__)
+    r, ids = np.array([1.0, 0.0], np.float32), np.array([0, 0])
+    with pytest.raises(TypeError) as public:
+        credax.grpo_advantages(r, ids, eps=0.0)
+    with pytest.raises(TypeError) as again:
+        rebuilt(r, ids, eps=0.0)
+    assert str(again.value) == str(public.value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,25 +189,23 @@ def test_replicate_explicit_gathers_explicit_axes_only():
 
 
 def test_lower_goes_through_the_public_checks_and_rewrites():
-    # `.lower` folds the normalisation keywords as the call does (the bare `.jitted` body would
-    # see normalization=None), and rejects what the call rejects.
-    import numpy as np
-
-    import credax
-
+    # `.lower` converts `normalization=` on the host as the call does, and rejects what the call
+    # rejects: a removed keyword, a value that is not a Normalization, an unchecked bad one.
     s = np.linspace(0.0, 1.0, 8, dtype=np.float32).reshape(4, 2)
     m = np.ones((4, 2), bool)
     g = credax.groups(np.array([0, 0, 1, 1]))
-    compiled = credax.tcpo_advantages.lower(s, m, g, eps=1e-4).compile()
+    compiled = credax.tcpo_advantages.lower(s, m, g, normalization=Normalization(eps=1e-4)).compile()
     assert compiled.memory_analysis().output_size_in_bytes > 0
-    import pytest
-
+    with pytest.raises(TypeError, match="unexpected keyword argument 'eps'.*normalization="):
+        credax.tcpo_advantages.lower(s, m, g, eps=1e-4)
+    with pytest.raises(TypeError, match="`normalization`"):
+        credax.tcpo_advantages.lower(s, m, g, normalization=dict(eps=1e-4))
     with pytest.raises(ValueError, match="eps"):
-        credax.tcpo_advantages.lower(s, m, g, eps=-1.0)
+        credax.tcpo_advantages.lower(s, m, g, normalization=jax.tree.map(lambda _: -1.0, Normalization()))
 
 
 # --------------------------------------------------------------------------------------------
-# The call's own overhead: the fast binder and the resolved-options cache equal the slow paths
+# The call's own overhead: the fast binder equals the slow path
 # --------------------------------------------------------------------------------------------
 
 
@@ -251,7 +270,7 @@ def test_fast_binding_leaves_bad_calls_to_python_with_its_own_error():
 
 
 def test_fast_binding_after_prepare_drops_keywords_as_inspect_does():
-    # prepare pops keywords (the normalisation fields) from the bound arguments; args / kwargs
+    # A `prepare` hook of jit_public may pop keywords from the bound arguments; args / kwargs
     # then hold what is left, exactly as inspect.BoundArguments would.
     import inspect
 
@@ -269,36 +288,176 @@ def test_fast_binding_after_prepare_drops_keywords_as_inspect_does():
     assert bound.kwargs == expected.kwargs == {"mask": None, "eps": 1.0, "normalization": None}
 
 
-def test_resolved_normalization_is_reused_only_for_equal_plain_options():
-    import math
-    import warnings
+def test_jit_public_prepare_hook_rewrites_the_call():
+    # The generic hook (no credax entry uses one now): it sees the bound arguments and the names
+    # passed, and the compiled function is called with what it leaves.
+    seen = []
 
-    prepare = _groups.resolve_normalization()
+    def fold(arguments, passed):
+        seen.append(passed)
+        arguments["y"] = arguments.pop("y") * 10
 
-    def resolve(passed=(), **arguments):
-        arguments = {"normalization": None, **arguments}
-        prepare(arguments, frozenset(passed) | frozenset(arguments) - {"normalization"})
-        return arguments["normalization"]
+    @_api.jit_public(prepare=fold)
+    def f(x, y=1.0):
+        return x + y
 
-    first, again = resolve(eps=1e-4, ddof=0), resolve(eps=1e-4, ddof=0)
-    assert first is again and (first.eps, first.ddof) == (1e-4, 0)
-    assert resolve(eps=1e-3, ddof=0).eps == 1e-3  # a new value: not the cached one
-    assert resolve(ddof=1).ddof == 1
-    with pytest.raises(TypeError, match="ddof"):  # True == 1, but it is not 1's cached entry
-        resolve(ddof=True)
-    assert math.copysign(1.0, resolve(eps=-0.0).eps) == -1.0  # -0.0 is not 0.0's entry
-    assert math.copysign(1.0, resolve(eps=0.0).eps) == 1.0
-    traced_like = jnp.asarray(1e-4)
-    assert resolve(eps=traced_like).eps is traced_like  # arrays are never keys
-    with pytest.raises(ValueError, match="eps"):
-        resolve(eps=-1.0)
-    with pytest.raises(ValueError, match="eps"):  # a failed resolution is not cached either
-        resolve(eps=-1.0)
-    for _ in range(2):  # a deprecated spelling warns on every call
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            assert resolve(scale=True).scale == "group"
-        assert [w.category for w in seen] == [DeprecationWarning]
-    for i in range(600):  # bounded: a schedule of eps values does not grow it forever
-        resolve(eps=1e-6 * (i + 1))
-    assert len(_groups._RESOLVED) <= 256
+    np.testing.assert_array_equal(f(jnp.zeros(2), y=2.0), [20.0, 20.0])
+    np.testing.assert_array_equal(f(jnp.zeros(2)), [10.0, 10.0])
+    assert seen == [frozenset({"x", "y"}), frozenset({"x"})]
+
+
+# --------------------------------------------------------------------------------------------
+# Unknown keywords: refused by name before tracing; the normalisation fields say where they went
+# --------------------------------------------------------------------------------------------
+
+
+def _normalizing_entries():
+    for name in credax.__all__:
+        fn = getattr(credax, name)
+        if callable(fn) and hasattr(fn, "public_options"):
+            if "normalization" in inspect.signature(fn.__wrapped__).parameters:
+                yield name, fn
+
+
+def test_unknown_keyword_is_refused_by_name_before_tracing():
+    traced = []
+
+    @_api.jit_public(hints={"eps": "Pass `normalization=` instead."})
+    def f(x, *, scale=1.0):
+        traced.append(x)
+        return scale * x
+
+    with pytest.raises(TypeError, match=r"^f\(\) got an unexpected keyword argument 'eps'\. "
+                                        r"Pass `normalization=` instead\.$"):
+        f(jnp.ones(2), eps=object())  # not an array: JAX would have refused it as "non-array"
+    with pytest.raises(TypeError, match=r"^f\(\) got an unexpected keyword argument 'epsilon'\.$"):
+        f(jnp.ones(2), epsilon=0.5)  # no hint for it: the name alone
+    assert traced == []  # refused before tracing
+    np.testing.assert_array_equal(f(jnp.ones(2), scale=2.0), [2.0, 2.0])
+
+
+def test_every_public_function_refuses_an_unknown_keyword_by_name_first():
+    checked = 0
+    for name, _sig in _public_signatures():
+        fn = getattr(credax, name)
+        # No other argument given: the unknown keyword is refused before anything else is read.
+        with pytest.raises(TypeError, match=rf"^{fn.__wrapped__.__name__}\(\) got an unexpected "
+                                            r"keyword argument 'not_an_option'\.$"):
+            fn(not_an_option=1)
+        checked += 1
+    assert checked > 50
+
+
+def test_removed_normalization_keywords_are_refused_with_the_hint():
+    entries = dict(_normalizing_entries())
+    assert {"group_normalize", "grpo_advantages", "gdpo_advantages", "tcpo_advantages",
+            "mt_grpo_advantages", "gigpo_advantages", "hgpo_advantages",
+            "triage_advantages"} <= entries.keys()
+    for fn in entries.values():
+        for key in NORMALIZE_KEYS:
+            message = (f"{fn.__wrapped__.__name__}() got an unexpected keyword argument {key!r}. "
+                       f"{MOVED_TO_NORMALIZATION[key]}")
+            with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+                fn(**{key: object()})
+            assert f"normalization=credax.Normalization({key}=...)" in message
+    with pytest.raises(TypeError, match=r"'whiten_eps'\. Pass `normalization=credax\.Normalization\("):
+        credax.triage_advantages(whiten_eps=1e-8)
+    # a real call, good arrays and all: the keyword is still refused, and not by JAX
+    r, ids = np.array([1.0, 0.0], np.float32), np.array([0, 0])
+    with pytest.raises(TypeError, match=r"^grpo_advantages\(\) got an unexpected keyword argument 'scale'"):
+        credax.grpo_advantages(r, ids, normalization=credax.presets.VERL, scale="none")
+
+
+# --------------------------------------------------------------------------------------------
+# `normalization=`: converted on the host by as_normalization; checked once when built
+# --------------------------------------------------------------------------------------------
+
+
+def test_every_normalizing_entry_converts_normalization_with_as_normalization():
+    for name, fn in _normalizing_entries():
+        assert fn.public_options["convert"]["normalization"] is _normalization.as_normalization, name
+
+
+def test_as_normalization_accepts_a_normalization_or_none_only():
+    built = Normalization(eps=1e-3)
+    assert _normalization.as_normalization(built) is built  # the value itself, not a copy
+    assert _normalization.as_normalization(None) is None
+    with pytest.raises(TypeError, match=r"^`normalization` must be a credax\.Normalization .*got dict "
+                                        r"\(a mapping is not accepted: build `credax\.Normalization"):
+        _normalization.as_normalization(dict(eps=1e-3))
+    with pytest.raises(TypeError, match=r"^`norm` must be .*got str\.$"):
+        _normalization.as_normalization("verl", "norm")
+
+
+def test_normalization_is_converted_on_the_host_before_tracing():
+    seen = []
+
+    @_grouping.jit_grouped()
+    def f(x, group_ids, *, normalization=None):
+        seen.append(normalization)
+        return x
+
+    x, ids = jnp.zeros(2), np.array([0, 0])
+    for bad in (dict(eps=1e-3), "verl", credax.presets.VERL_LOSS, 1e-3):
+        with pytest.raises(TypeError, match="`normalization` must be a credax.Normalization"):
+            f(x, ids, normalization=bad)
+    assert seen == []  # refused on the host: never traced
+    f(x, ids)
+    f(x, ids, normalization=Normalization(eps=1e-3))
+    assert seen[0] is None and isinstance(seen[1], Normalization)
+    assert isinstance(seen[1].eps, jax.core.Tracer)  # eps is the traced leaf
+
+
+@pytest.fixture
+def field_checks(monkeypatch):
+    """Counts the field checks of Normalization (constructor, check_normalization) from now on."""
+    calls = []
+    original = _normalization._checked_fields
+
+    def counting(values):
+        calls.append(values)
+        return original(values)
+
+    monkeypatch.setattr(_normalization, "_checked_fields", counting)
+    return calls
+
+
+def test_a_built_normalization_is_not_rechecked_per_call(field_checks):
+    r, ids = np.array([1.0, 0.0, 0.5, 0.5], np.float32), np.array([0, 0, 1, 1])
+    norm = Normalization(eps=1e-3, ddof=0)
+    assert norm._checked and len(field_checks) == 1  # the constructor checked it, once
+    expected = credax.grpo_advantages(r, ids, normalization=norm)  # compiles (the trace may check)
+    field_checks.clear()
+    for _ in range(3):
+        np.testing.assert_array_equal(credax.grpo_advantages(r, ids, normalization=norm), expected)
+    assert field_checks == []  # no check on the call path
+    # copies, pickles and replace are built through the checks, so they are trusted too
+    import copy
+    import pickle
+
+    for other in (copy.copy(norm), copy.deepcopy(norm), pickle.loads(pickle.dumps(norm)),
+                  norm.replace(eps=1e-3)):
+        assert other._checked
+    assert _normalization.check_normalization(norm) is norm
+
+
+def test_an_unflattened_normalization_is_checked_on_every_call(field_checks):
+    r, ids = np.array([1.0, 0.0, 0.5, 0.5], np.float32), np.array([0, 0, 1, 1])
+    leaves, treedef = jax.tree.flatten(Normalization(eps=1e-3, ddof=0))
+    good = jax.tree.unflatten(treedef, [1e-3])
+    assert not good._checked  # tree_unflatten cannot check (JAX unflattens with tracers)
+    expected = credax.grpo_advantages(r, ids, normalization=Normalization(eps=1e-3, ddof=0))
+    np.testing.assert_array_equal(credax.grpo_advantages(r, ids, normalization=good), expected)
+    field_checks.clear()
+    for _ in range(2):
+        credax.grpo_advantages(r, ids, normalization=good)
+    assert len(field_checks) >= 2  # checked on each call (the compiled program is reused)
+    bad_eps = jax.tree.unflatten(treedef, [-1.0])
+    bad_scale = Normalization.tree_unflatten((True, "bogus", 0, "add", "zero", False), [1e-3])
+    for _ in range(2):  # refused on every call, by the same field checks as the constructor
+        with pytest.raises(ValueError, match="`eps` must be >= 0"):
+            credax.grpo_advantages(r, ids, normalization=bad_eps)
+        with pytest.raises(ValueError, match="`scale` must be one of"):
+            credax.grpo_advantages(r, ids, normalization=bad_scale)
+        with pytest.raises(ValueError, match="`eps` must be >= 0"):
+            _normalization.as_normalization(bad_eps)

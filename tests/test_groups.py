@@ -658,7 +658,8 @@ def test_compiles_once(traced_once):
     b = 23
     ids = rng.integers(-5, 5, size=b)
     calls = {
-        credax.group_normalize: lambda f, x, i, m, e: f(x, i, m, eps=e),
+        credax.group_normalize: lambda f, x, i, m, e: f(x, i, m,
+                                                        normalization=Normalization(eps=e)),
         credax.group_mean: lambda f, x, i, m, e: f(x, i, m),
         credax.peer_mean: lambda f, x, i, m, e: f(x, i, m),
         credax.group_count: lambda f, x, i, m, e: f(i, m),

@@ -39,7 +39,8 @@ def test_rloo_is_leave_one_out_dr_grpo_and_n_over_n_minus_1_of_centering(b):
     np.testing.assert_allclose(rloo, loo, rtol=1e-6, atol=1e-6)
     # x_i - mean_{j≠i} x_j = n/(n-1) (x_i - μ): the leave-one-out centring is plain centring scaled.
     n = np.asarray(credax.group_count(b.group_ids, b.row_mask), np.float64)
-    centred = np.asarray(credax.grpo_advantages(b.rewards, b.group_ids, b.row_mask, normalization=credax.Normalization(scale="none")))
+    centred = np.asarray(credax.grpo_advantages(b.rewards, b.group_ids, b.row_mask,
+                                                normalization=credax.Normalization(scale="none")))
     np.testing.assert_allclose(rloo, np.where(n > 1, centred * n / np.maximum(n - 1, 1), 0.0),
                                rtol=1e-5, atol=1e-5)
 

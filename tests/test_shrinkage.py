@@ -33,7 +33,9 @@ def test_few_prompts_is_plain_dr_grpo_and_rloo():
     r = jnp.array([1.0, 0.0, 0.35, 1 / 3, 0.5, 0.9])
     ids = jnp.array([4, 4, -1, -1, 9, 9])
     np.testing.assert_allclose(credax.shrinkage_advantages(r, ids),
-                               credax.grpo_advantages(r, ids, normalization=credax.Normalization(scale="none")), atol=1e-6)
+                               credax.grpo_advantages(
+                                   r, ids, normalization=credax.Normalization(scale="none")),
+                               atol=1e-6)
     np.testing.assert_allclose(credax.shrinkage_advantages(r, ids, leave_one_out=True),
                                credax.rloo_advantages(r, ids), atol=1e-6)
 

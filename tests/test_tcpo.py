@@ -238,13 +238,16 @@ def test_tcpo_normalized_and_discounted_golden():
     #   turn 1 {1, .1}: μ = .55, σ = .6364 -> .7071, -.7071 ; r2 singleton -> 0.
     # γ = .5: turn 1 is halved.
     s, mask = rows([0, 1], [1, 1], [0.5])
-    out = credax.tcpo_advantages(s, mask, np.array([1, 1, 2]), normalization=credax.Normalization(eps=0.0), gamma=0.5)
+    out = credax.tcpo_advantages(s, mask, np.array([1, 1, 2]),
+                                 normalization=credax.Normalization(eps=0.0), gamma=0.5)
     np.testing.assert_allclose(out.credit, [[0, 1], [1, 0.1], [0.5, 0]], atol=1e-6)
     h = 1 / math.sqrt(2)
     np.testing.assert_allclose(out.advantages, [[-h, h / 2], [h, -h / 2], [0, 0]], atol=1e-6)
     # verl-like singleton "raw" keeps r2's credit; eps inside the sqrt with population std:
     # turn 0 {0, 1}: σ² = .25 -> (x - .5)/sqrt(.25 + 1e-6)
-    out = credax.tcpo_advantages(s, mask, np.array([1, 1, 2]), normalization=credax.Normalization(ddof=0, eps_mode="sqrt", singleton="raw"))
+    out = credax.tcpo_advantages(
+        s, mask, np.array([1, 1, 2]),
+        normalization=credax.Normalization(ddof=0, eps_mode="sqrt", singleton="raw"))
     z = 0.5 / math.sqrt(0.25 + 1e-6)
     np.testing.assert_allclose(out.advantages[:, 0], [-z, z, 0.5], atol=1e-6)
 
@@ -432,8 +435,10 @@ Z_OPTIONS = (
 def test_tcpo_normalisation_options_match_reference(batch, which):
     scores, mask, ids = batch
     opts = dict(normalize=False) if which == len(Z_OPTIONS) else Z_OPTIONS[which]
+    kw = (dict(normalize=False) if which == len(Z_OPTIONS)
+          else dict(normalization=credax.Normalization(**Z_OPTIONS[which])))
     with jax.enable_x64(True):
-        out = credax.tcpo_advantages(x64(scores)[0], mask, ids, **opts)
+        out = credax.tcpo_advantages(x64(scores)[0], mask, ids, **kw)
     expected = ref.tcpo(scores, mask, ids, **opts)
     _assert_fields(out, expected, ("credit", "advantages"), atol=1e-7)
 
@@ -604,7 +609,8 @@ def test_gradients_finite_and_match_finite_differences():
 
     def loss(s, pw, rw, hw, gamma, eps):
         out = credax.tcpo_advantages(s, mask, ids, progress_weight=pw, regression_weight=rw,
-                                     hindsight_weight=hw, gamma=gamma, normalization=credax.Normalization(eps=eps),
+                                     hindsight_weight=hw, gamma=gamma,
+                                     normalization=credax.Normalization(eps=eps),
                                      success_threshold=0.8)
         return jnp.sum(out.advantages * jnp.asarray(w, out.advantages.dtype))
 
@@ -644,6 +650,7 @@ def test_compiles_once_for_new_hyperparameters_and_batches(traced_once):
             preservation_weight=0.1 * i, regression_weight=0.5 + i,
             hindsight_weight=1.0 / (i + 1), counterfactual_weight=2.0 - i, initial=0.01 * i,
             gamma=1.0 - 0.1 * i, eps=10.0 ** (-6 - i)).items()}
+        hyper["normalization"] = credax.Normalization(eps=hyper.pop("eps"))
         fn(s, mask, ids, **hyper)
         # a Groups computed once hits the same program as raw ids
         fn(s, mask, credax.groups(ids), **hyper)
@@ -704,8 +711,18 @@ S, M = f32([[0.0, 1.0]]), np.ones((1, 2), bool)
      "alt_scores"),
     (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), alt_scores=np.zeros((1, 2, 1)),
                                     selected=M[0]), ValueError, "selected"),
-    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), normalization=credax.Normalization(singleton="drop")), ValueError,
-     "singleton"),
+    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32),
+                                    normalization=credax.Normalization(singleton="drop")),
+     ValueError, "singleton"),
+    # the removed loose keywords name themselves and `normalization=`
+    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), singleton="raw"), TypeError,
+     r"'singleton'(.|\n)*normalization=credax\.Normalization"),
+    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), eps=0.0), TypeError,
+     r"'eps'(.|\n)*normalization=credax\.Normalization"),
+    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), **credax.presets.VERL),
+     TypeError, "must be a mapping"),
+    (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), normalization={"eps": 0.0}),
+     TypeError, "normalization"),
     (lambda: credax.tcpo_advantages(S, M, np.zeros(1, np.int32), gamma=np.ones(2)), ValueError,
      "gamma"),
 ])

@@ -57,7 +57,8 @@ def _calls(f, a):
         "rloo_advantages": f.rloo_advantages(a.rewards, a.ids),
         "gdpo_advantages": f.gdpo_advantages(a.rewards2, a.ids, weights=(1.0, 0.5)),
         "degenerate_groups": f.degenerate_groups(a.rewards, a.ids),
-        "group_normalize": f.group_normalize(a.scores, a.ids, a.turn_mask, normalization=credax.Normalization(ddof=0)),
+        "group_normalize": f.group_normalize(a.scores, a.ids, a.turn_mask,
+                                             normalization=credax.Normalization(ddof=0)),
         "group_mean": f.group_mean(a.scores, a.ids, a.turn_mask),
         "group_count": f.group_count(a.ids, a.turn_mask),
         "peer_mean": f.peer_mean(a.scores, a.ids, a.turn_mask),
@@ -187,7 +188,8 @@ def test_zero_copy_both_ways_and_outputs_never_alias_inputs():
     assert ct.to_torch(y).data_ptr() == y.unsafe_buffer_pointer()
     mask = torch.ones(64, 16, dtype=torch.bool)
     with pytest.warns(DeprecationWarning, match="`center=False` is deprecated"):  # the identity
-        out = ct.group_normalize(x, torch.arange(64) // 4, mask, normalization=credax.Normalization(center=False, scale="none"))
+        identity = credax.Normalization(center=False, scale="none")
+        out = ct.group_normalize(x, torch.arange(64) // 4, mask, normalization=identity)
     np.testing.assert_array_equal(out.numpy(), x.numpy())
     assert out.data_ptr() != x.data_ptr()
 

@@ -77,7 +77,8 @@ def test_triage_golden_two_successes_two_failures():
     #   success D: 0.8660 + 0.2 = 1.0660;  success R: 0.8660 - 0.1 = 0.7660
     #   failure E: -0.8660 + 0.1 = -0.7660; failure N: -0.8660 - 0.02 = -0.8860
     #   unlabeled: A itself; padded: 0.
-    a = credax.grpo_advantages(jnp.array([1.0, 1.0, 0.0, 0.0]), jnp.zeros(4, jnp.int32), normalization=credax.Normalization(eps=0.0))
+    a = credax.grpo_advantages(jnp.array([1.0, 1.0, 0.0, 0.0]), jnp.zeros(4, jnp.int32),
+                               normalization=credax.Normalization(eps=0.0))
     roles = jnp.array([[0, 3], [-1, 0], [1, 2], [1, 3]], jnp.int32)
     mask = jnp.array([[True, True], [True, False], [True, True], [False, False]])
     out = np.asarray(credax.triage_advantages(a, roles, mask, lam=0.2))
@@ -99,6 +100,25 @@ def test_triage_whiten_golden():
     # A batch whose valid values are all equal (0.35, non-dyadic) whitens to exactly 0.
     same = credax.triage_advantages(jnp.array([0.35, 0.35]), roles, mask, whiten=True)
     np.testing.assert_array_equal(np.asarray(same), 0.0)
+    # The whitening's options are `normalization=` (default population std, eps 1e-8): eps 1
+    # gives (-1, 1) / (1 + 1); the unbiased std (ddof=1) is sqrt(2) -> ∓1 / sqrt(2).
+    wide = credax.triage_advantages(a, roles, mask, whiten=True,
+                                    normalization=credax.Normalization(ddof=0, eps=1.0))
+    np.testing.assert_allclose(np.asarray(wide), [[-0.5, 0.0], [0.5, 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(wide),
+                               ref.triage_advantages(a, roles, mask, whiten=True, whiten_eps=1.0),
+                               rtol=1e-6)
+    unbiased = credax.triage_advantages(a, roles, mask, whiten=True,
+                                        normalization=credax.Normalization(eps=0.0))
+    h = 1 / np.sqrt(2)
+    np.testing.assert_allclose(np.asarray(unbiased), [[-h, 0.0], [h, 0.0]], rtol=1e-6)
+    np.testing.assert_array_equal(
+        out, credax.triage_advantages(a, roles, mask, whiten=True,
+                                      normalization=credax.Normalization(ddof=0, eps=1e-8)))
+    # ... read only with whiten=True
+    np.testing.assert_array_equal(
+        plain, credax.triage_advantages(a, roles, mask,
+                                        normalization=credax.Normalization(ddof=0, eps=1.0)))
 
 
 def test_scalar_process_golden():
@@ -441,6 +461,13 @@ def test_trace_time_checks():
         credax.triage_advantages(a, roles, mask, lam=jnp.ones(2))
     with pytest.raises(TypeError, match="`whiten` must be a Python bool"):
         credax.triage_advantages(a, roles, mask, whiten=1)
+    # whiten_eps is gone: its TypeError names it and the `normalization=` that replaces it
+    with pytest.raises(TypeError, match=r"'whiten_eps'(.|\n)*normalization=credax\.Normalization"):
+        credax.triage_advantages(a, roles, mask, whiten=True, whiten_eps=1e-8)
+    with pytest.raises(TypeError, match=r"'eps'(.|\n)*normalization=credax\.Normalization"):
+        credax.triage_advantages(a, roles, mask, whiten=True, eps=1e-8)
+    with pytest.raises(TypeError, match="normalization"):
+        credax.triage_advantages(a, roles, mask, whiten=True, normalization={"eps": 1e-8})
     with pytest.raises(ValueError, match="`roles` must have shape"):
         credax.fit_role_constants(jnp.zeros((2, 3)), jnp.zeros((2, 2), jnp.int32), mask)
     with pytest.raises(ValueError, match="`before` must be >= 0"):
@@ -542,7 +569,7 @@ def test_compiles_once(traced_once):
         (credax.triage_advantages, lambda a, r, i: (a, r, mask), lambda i: {"lam": 0.1 * i}),
         (credax.triage_advantages, lambda a, r, i: (a, r, mask),
          lambda i: {"lam": 0.1 * i, "constants": jnp.asarray(C * i, jnp.float32),
-                    "whiten": True, "whiten_eps": 1e-8 * i}),
+                    "whiten": True, "normalization": credax.Normalization(ddof=0, eps=1e-8 * i)}),
         (credax.fit_role_constants, lambda a, r, i: (a[:, None] * jnp.ones(shape), r, mask),
          lambda i: {}),
         (credax.optimal_mixing_weight, lambda a, r, i: (a[:, None] * jnp.ones(shape), r, mask),
