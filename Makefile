@@ -40,7 +40,7 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
-	$(PY) -m benchmarks.quality
+	$(PY) -m benchmarks.lab
 
 # glibc's hugetlb tunable lets XLA's fresh output buffers use transparent huge pages, as NumPy's
 # allocator already does (madvise): otherwise every new 32 MiB output costs ~8k page faults, and the

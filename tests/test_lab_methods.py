@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import credax
-from benchmarks.quality import methods as M
-from benchmarks.quality.policy import Rollout
+from benchmarks.lab import methods as M
+from benchmarks.lab.policy import Rollout
 
 
 def context(scores, turn_mask, outcome, group_ids, *, values=None, anchors=None):
