@@ -907,7 +907,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     add("token_logprobs_from_hidden", credax.token_logprobs_from_hidden, (h1, w, tok1), (h2, w, tok2),
         {"chunk_size": max(1, lt // 4)})
     covered = {e.fn for e in out}
-    missing = [n for n in credax.__all__ if inspect.isfunction(getattr(credax, n))
+    missing = [n for n in credax.__all__ if inspect.isroutine(getattr(credax, n))
                and getattr(credax, n) not in covered and n not in NOT_TIMED]
     if missing:  # a new public function must get a sweep entry: say so in the report
         print(f"NOTE: public functions without a sweep entry: {missing}")
