@@ -62,7 +62,7 @@ $(GPU_STAMP): pyproject.toml $(BENCH_STAMP)
 	touch $(GPU_STAMP)
 
 bench-gpu: $(GPU_STAMP)
-	timeout 600 $(PY) -m credax.bench --preset gpu --require gpu --out benchmarks/results $(BENCH_ARGS)
+	timeout 600 $(PY) -m benchmarks.speed --platform gpu --preset gpu --require gpu --out benchmarks/results $(BENCH_ARGS)
 
 # The same run on a GPU host that cannot install anything (no package index; its own python3
 # already holds JAX with CUDA): credax from src/, no venv, the host's versions in host.txt.

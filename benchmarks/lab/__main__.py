@@ -30,8 +30,8 @@ import time
 import jax
 import numpy as np
 
-from . import env as E
 from . import checkpoint, report, tables
+from . import env as E
 from . import metrics as X
 from . import refine as R
 from .methods import BASELINES, DIAGNOSTICS, METHODS, VARIANTS
