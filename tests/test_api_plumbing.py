@@ -1,7 +1,9 @@
-"""The public-entry plumbing of ``credax._api``: concrete vs traced values, compile once, sharding.
+"""The public-entry plumbing of ``credax._api``: the entry object, concrete vs traced values,
+compile once, sharding.
 
-Every public array function goes through ``jit_public``; these tests pin down what it promises on
-small functions of their own, and on two real entries (``policy_loss``, ``grpo_advantages``).
+Every public array function is a ``PublicFunction`` made by ``jit_public``; these tests pin down
+what it promises on small functions of their own, and on real entries (``policy_loss``,
+``grpo_advantages``, ``tcpo_advantages``, ``discounted_returns``).
 """
 
 import chex
@@ -133,7 +135,7 @@ def test_convert_runs_on_the_host_and_raw_ids_share_the_program_of_groups():
     np.testing.assert_array_equal(count(x, group_ids=ids), [2, 2, 2, 1, 2])
 
 
-def test_public_options_rebuild_a_real_entry(traced_once):
+def test_with_body_rebuilds_a_real_entry(traced_once):
     # The rebuilt grpo_advantages traces once for raw ids, a Groups, new values and a new eps.
     grpo = traced_once(credax.grpo_advantages)
     r = np.array([1.0, 0.0, 0.5, 0.5, 2.0], np.float32)
@@ -142,6 +144,141 @@ def test_public_options_rebuild_a_real_entry(traced_once):
     np.testing.assert_array_equal(grpo(r, ids, eps=1e-6), expected)
     grpo(r[::-1].copy(), credax.groups(ids), eps=1e-3)
     grpo(r, jnp.asarray(ids), eps=0.0)
+    with pytest.raises(AssertionError, match="traced > 1 times"):  # a new shape: a second trace
+        grpo(r[:4], ids[:4])
+
+
+# --------------------------------------------------------------------------------------------
+# The entry object: its attributes, its plan, and the manners of a function
+# --------------------------------------------------------------------------------------------
+
+
+def _entry():
+    """A small entry with one argument of each kind: converted ids, a static option, a checked
+    hyperparameter, a plain array."""
+    seen = []
+
+    def body(x, group_ids, *, power=1, scale=1.0):
+        """x**power * scale, per row (a test body)."""
+        seen.append((group_ids, power))
+        return scale * x**power
+
+    entry = _api.jit_public(static_argnames=("power",), convert={"group_ids": credax.groups},
+                            check=_api.check_values(scale=_api.POSITIVE))(body)
+    return entry, body, seen
+
+
+def test_entry_attributes_are_the_body_s():
+    import inspect
+
+    entry, body, _ = _entry()
+    assert entry.body is body and entry.__wrapped__ is body
+    assert (entry.__name__, entry.__qualname__, entry.__module__, entry.__doc__) == (
+        body.__name__, body.__qualname__, body.__module__, body.__doc__)
+    assert entry.signature == inspect.signature(entry) == inspect.signature(body)
+    assert inspect.isroutine(entry) and not inspect.isroutine(credax.Groups)
+    jitted_type = type(jax.jit(body))
+    assert isinstance(entry.jitted, jitted_type)
+    for name in credax.__all__:  # every public array function is such an entry
+        fn = getattr(credax, name)
+        if hasattr(fn, "with_body"):
+            assert inspect.isfunction(fn.body) and fn.__wrapped__ is fn.body, name
+            assert isinstance(fn.jitted, jitted_type) and fn.signature == inspect.signature(fn), name
+
+
+def test_the_plan_says_what_each_argument_gets():
+    entry, _, _ = _entry()
+    assert list(entry.plan) == ["x", "group_ids", "power", "scale"]
+    x, ids, power, scale = entry.plan.values()
+    assert (x.static, x.convert, x.replicated, x.range_checked) == (False, None, True, True)
+    # convert implies replicate; converted ids and static options are never range-checked
+    assert (ids.convert, ids.replicated, ids.range_checked) == (credax.groups, True, False)
+    assert (power.static, power.replicated, power.range_checked) == (True, False, False)
+    assert scale.rewrites and not _api.ArgumentPlan("y").rewrites
+    real = credax.grpo_advantages.plan
+    assert real["group_ids"].convert is credax.groups and not real["group_ids"].range_checked
+    assert real["rewards"].range_checked and not real["rewards"].static
+    assert credax.discounted_returns.plan["rewards"].replicated  # replicate=True, no convert
+    assert not credax.policy_loss.plan["logp"].replicated  # row-wise: keeps its sharding
+
+
+def test_the_call_runs_its_steps_in_order():
+    entry, _, seen = _entry()
+    x = np.arange(4.0, dtype=np.float32)
+    ids = np.array([2**40, 2**40, 7, 7])  # beyond int32: fine for ids (densified on the host)
+    out = entry(x, ids, power=np.int64(2), scale=2.0)  # a NumPy static: its Python value
+    np.testing.assert_allclose(out, [0.0, 2.0, 8.0, 18.0])
+    (received, power), = seen
+    assert isinstance(received, credax.Groups) and power == 2 and type(power) is int
+    with pytest.raises(ValueError, match="`x` holds 1e\\+39"):  # step 1: host range, by name
+        entry(np.array([1e39, 0.0]), ids[:2])
+    with pytest.raises(ValueError, match="^`scale` must be > 0"):  # step 2: check
+        entry(x, ids, scale=-1.0)
+    with pytest.raises(TypeError, match="`power` is static"):  # step 3: a traced static option
+        jax.jit(lambda p: entry(x, ids, power=p))(2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'powr'"):  # Python's own
+        entry(x, ids, powr=2)
+
+
+def test_with_body_keeps_the_declarations():
+    entry, _, _ = _entry()
+    got = []
+
+    def instrumented(x, group_ids, *, power=1, scale=1.0):
+        got.append(type(group_ids))
+        return x + power
+
+    other = entry.with_body(instrumented)
+    assert other.body is instrumented and other.plan == entry.plan
+    np.testing.assert_allclose(other(np.zeros(2, np.float32), [5, 6], power=3), [3.0, 3.0])
+    assert got == [credax.Groups]  # converted as the original entry converts
+    with pytest.raises(ValueError, match="scale"):  # checked as the original entry checks
+        other(np.zeros(2, np.float32), [5, 6], scale=0.0)
+
+
+def test_lower_applies_the_call_s_rewrites():
+    entry, _, _ = _entry()
+    x = jnp.arange(4.0)
+    # A static option given as a 0-d array and raw ids: lowered as the call compiles them.
+    text = entry.lower(x, [1, 1, 2, 2], power=jnp.asarray(3)).as_text()
+    assert "stablehlo" in text or "HloModule" in text
+    with pytest.raises(ValueError, match="scale"):
+        entry.lower(x, [1, 1, 2, 2], scale=-1.0)
+
+
+def test_declarations_naming_no_parameter_are_refused():
+    def body(x, *, power=1):
+        return x
+
+    with pytest.raises(ValueError, match=r"\['pwer'\] not among the parameters"):
+        _api.jit_public(static_argnames=("pwer",))(body)
+    with pytest.raises(ValueError, match="group_ids"):
+        _api.jit_public(convert={"group_ids": credax.groups})(body)
+    with pytest.raises(ValueError, match="both static and converted"):
+        _api.jit_public(static_argnames=("x",), convert={"x": credax.groups})(body)
+
+
+def test_an_entry_binds_copies_pickles_and_documents_like_a_function():
+    import copy
+    import pickle
+    import pydoc
+
+    fn = credax.grpo_advantages
+    assert pickle.loads(pickle.dumps(fn)) is fn
+    assert copy.copy(fn) is fn and copy.deepcopy(fn) is fn
+
+    class Holder:
+        advantages = credax.best_prior  # a class attribute binds, as a function's would
+
+    bound = Holder().advantages
+    assert bound.__func__ is credax.best_prior
+    assert Holder.advantages is credax.best_prior
+    page = pydoc.render_doc(fn, renderer=pydoc.plaintext)
+    assert "grpo_advantages(rewards" in page  # help() shows the signature, then the docstring
+    assert fn.__doc__.strip().splitlines()[0] in page
+    entry, _, _ = _entry()
+    with pytest.raises((pickle.PicklingError, AttributeError), match="local"):  # as a local function
+        pickle.dumps(entry)
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,8 +305,8 @@ def test_replicate_explicit_gathers_explicit_axes_only():
 
 
 def test_lower_goes_through_the_public_checks_and_rewrites():
-    # `.lower` folds the normalisation keywords as the call does (the bare `.jitted` body would
-    # see normalization=None), and rejects what the call rejects.
+    # `.lower` folds the normalisation keywords as the call does (lowering `jitted` itself would
+    # give the body normalization=None), and rejects what the call rejects.
     import numpy as np
 
     import credax
@@ -191,12 +328,10 @@ def test_lower_goes_through_the_public_checks_and_rewrites():
 
 
 def _public_signatures():
-    import inspect
-
     for name in credax.__all__:
         fn = getattr(credax, name)
-        if callable(fn) and hasattr(fn, "public_options"):
-            yield name, inspect.signature(fn.__wrapped__)
+        if hasattr(fn, "with_body"):
+            yield name, fn.signature
 
 
 def _calls(sig):
