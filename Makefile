@@ -40,7 +40,7 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
-	$(PY) -m benchmarks.quality
+	$(PY) -m benchmarks.lab
 
 # glibc's hugetlb tunable lets XLA's fresh output buffers use transparent huge pages, as NumPy's
 # allocator already does (madvise): otherwise every new 32 MiB output costs ~8k page faults, and the
@@ -63,7 +63,7 @@ $(GPU_STAMP): pyproject.toml $(BENCH_STAMP)
 	touch $(GPU_STAMP)
 
 bench-gpu: $(GPU_STAMP)
-	timeout 600 $(PY) -m credax.bench --preset gpu --require gpu --out benchmarks/results $(BENCH_ARGS)
+	timeout 600 $(PY) -m benchmarks.speed --platform gpu --preset gpu --require gpu --out benchmarks/results $(BENCH_ARGS)
 
 # The same run on a GPU host that cannot install anything (no package index; its own python3
 # already holds JAX with CUDA): credax from src/, no venv, the host's versions in host.txt.

@@ -1,8 +1,8 @@
 """Compiled temporary bytes of value_and_grad(token_logprobs_from_hidden), chunked vs unchunked.
 
 Run: ``.venv/bin/python -m benchmarks.memory [B,T,D,V,chunk ...]`` (default 8,4096,1024,32768,256).
-XLA's memory analysis is exact and needs no run: only lowering and compiling, so the issue's large
-shape costs seconds and no memory.
+XLA's memory analysis (``credax.bench.harness.compiled_memory``) is exact and needs no run: only
+lowering and compiling, so the issue's large shape costs seconds and no memory.
 """
 
 import sys
@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 import credax
+from credax.bench.harness import compiled_memory
 
 
 def temp_bytes(batch, seq, dim, vocab, chunk_size):
@@ -22,8 +23,8 @@ def temp_bytes(batch, seq, dim, vocab, chunk_size):
         return jnp.sum(credax.token_logprobs_from_hidden(hidden, unembedding, tokens,
                                                          chunk_size=chunk_size))
 
-    compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(*args).compile()
-    return compiled.memory_analysis().temp_size_in_bytes
+    return compiled_memory(jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), *args)[
+        "temp_size_in_bytes"]
 
 
 def main(argv):

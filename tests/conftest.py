@@ -13,8 +13,6 @@ import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
-from credax import _api
-
 # Scripts that the tests run in subprocesses (8 forced CPU devices, jax.distributed workers):
 # importing them here, as --doctest-modules would, runs their module-level asserts.
 collect_ignore = ["multidevice_every_function.py", "multiprocess_worker.py"]
@@ -41,17 +39,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.fixture
 def traced_once():
-    """Rebuild a public credax entry around its body wrapped in ``chex.assert_max_traces``.
+    """A public credax entry rebuilt around its body wrapped in ``chex.assert_max_traces``.
 
-    ``traced_once(credax.f, n=1)`` has ``f``'s decorator options (static arguments, group-id
-    conversion, pre-trace checks) and raises ``AssertionError`` when its body is traced more than
-    ``n`` times: the compile-once tests count traces with chex instead of private jit caches.
+    ``traced_once(credax.f, n=1)`` is ``credax.f.with_body(...)``: ``f``'s own entry (static
+    arguments, group-id conversion, pre-trace checks) that raises ``AssertionError`` when its body
+    is traced more than ``n`` times, so the compile-once tests count traces with chex instead of
+    private jit caches.
     """
 
     def rebuild(public, n=1):
         chex.clear_trace_counter()
-        body = chex.assert_max_traces(public.__wrapped__, n=n)
-        return _api.jit_public(**public.public_options)(body)
+        return public.with_body(chex.assert_max_traces(public.body, n=n))
 
     return rebuild
 

@@ -38,8 +38,8 @@ import numpy as np
 import pytest
 
 import credax
-from credax import Normalization, Rollout, Turn, presets
-from credax._readers import RolloutFormatError
+from credax import Normalization, Rollout, RolloutFormatError, Turn, presets
+from tests.reference.estimators import token_entropy as entropy_reference
 
 NAN, INF = float("nan"), float("inf")
 PROBES: dict[str, object] = {}
@@ -1199,19 +1199,6 @@ def _():
 # ============================================================================================
 # Class vocab: V = 0, -inf logits and near one-hot rows in token_entropy, tokens outside [0, V).
 # ============================================================================================
-
-
-def entropy_reference(logits, temperature=1.0):
-    """-Σ p log p in float64 NumPy, by the shifted form (independent of credax)."""
-    z = np.asarray(logits, np.float64) / temperature
-    top = np.max(z, axis=-1, keepdims=True)
-    s = z - top
-    e = np.exp(s)
-    total = e.sum(axis=-1, keepdims=True)
-    p = e / total
-    logp = s - np.log(total)
-    terms = np.where(p > 0, -p * np.where(p > 0, logp, 0.0), 0.0)
-    return terms.sum(axis=-1)
 
 
 @probe("vocab", "entropy_v0")

@@ -1,10 +1,12 @@
-"""The public-entry plumbing of ``credax._api``: concrete vs traced values, compile once, sharding.
+"""The public-entry plumbing of ``credax._api``: the entry object, concrete vs traced values,
+compile once, sharding.
 
-Every public array function goes through ``jit_public``; these tests pin down what it promises on
-small functions of their own, and on two real entries (``policy_loss``, ``grpo_advantages``): also
-that an unknown keyword is refused by name before tracing (a removed normalisation keyword with
-the hint saying where it went), and that ``normalization=`` is converted on the host by
-``as_normalization``, which checks a value the constructor did not build and trusts one it did.
+Every public array function is a ``PublicFunction`` made by ``jit_public``; these tests pin down
+what it promises on small functions of their own, and on real entries (``policy_loss``,
+``grpo_advantages``, ``tcpo_advantages``, ``discounted_returns``): also that an unknown keyword
+is refused by name before tracing (a removed normalisation keyword with the hint saying where
+it went), and that ``normalization=`` is converted on the host by ``as_normalization``, which
+checks a value the constructor did not build and trusts one it did.
 """
 
 import inspect
@@ -140,7 +142,7 @@ def test_convert_runs_on_the_host_and_raw_ids_share_the_program_of_groups():
     np.testing.assert_array_equal(count(x, group_ids=ids), [2, 2, 2, 1, 2])
 
 
-def test_public_options_rebuild_a_real_entry(traced_once):
+def test_with_body_rebuilds_a_real_entry(traced_once):
     # The rebuilt grpo_advantages traces once for raw ids, a Groups, new values and a new eps.
     grpo = traced_once(credax.grpo_advantages)
     r = np.array([1.0, 0.0, 0.5, 0.5, 2.0], np.float32)
@@ -151,18 +153,153 @@ def test_public_options_rebuild_a_real_entry(traced_once):
     grpo(r, jnp.asarray(ids), normalization=Normalization(eps=0.0))
     with pytest.raises(TypeError, match="normalization"):  # the host conversion is rebuilt too
         grpo(r, ids, normalization=dict(eps=0.0))
+    with pytest.raises(AssertionError, match="traced > 1 times"):  # a new shape: a second trace
+        grpo(r[:4], ids[:4])
 
 
-def test_public_options_rebuild_the_keyword_hints():
-    # public_options rebuilds the entry with the same decorator options: the refusal of a removed
-    # keyword names where it went in the rebuilt entry as in the public one.
-    rebuilt = _api.jit_public(**credax.grpo_advantages.public_options)(credax.grpo_advantages.__wrapped__)
+# --------------------------------------------------------------------------------------------
+# The entry object: its attributes, its plan, and the manners of a function
+# --------------------------------------------------------------------------------------------
+
+
+def _entry():
+    """A small entry with one argument of each kind: converted ids, a static option, a checked
+    hyperparameter, a plain array."""
+    seen = []
+
+    def body(x, group_ids, *, power=1, scale=1.0):
+        """x**power * scale, per row (a test body)."""
+        seen.append((group_ids, power))
+        return scale * x**power
+
+    entry = _api.jit_public(static_argnames=("power",), convert={"group_ids": credax.groups},
+                            check=_api.check_values(scale=_api.POSITIVE))(body)
+    return entry, body, seen
+
+
+def test_entry_attributes_are_the_body_s():
+    import inspect
+
+    entry, body, _ = _entry()
+    assert entry.body is body and entry.__wrapped__ is body
+    assert (entry.__name__, entry.__qualname__, entry.__module__, entry.__doc__) == (
+        body.__name__, body.__qualname__, body.__module__, body.__doc__)
+    assert entry.signature == inspect.signature(entry) == inspect.signature(body)
+    assert inspect.isroutine(entry) and not inspect.isroutine(credax.Groups)
+    jitted_type = type(jax.jit(body))
+    assert isinstance(entry.jitted, jitted_type)
+    for name in credax.__all__:  # every public array function is such an entry
+        fn = getattr(credax, name)
+        if hasattr(fn, "with_body"):
+            assert inspect.isfunction(fn.body) and fn.__wrapped__ is fn.body, name
+            assert isinstance(fn.jitted, jitted_type) and fn.signature == inspect.signature(fn), name
+
+
+def test_the_plan_says_what_each_argument_gets():
+    entry, _, _ = _entry()
+    assert list(entry.plan) == ["x", "group_ids", "power", "scale"]
+    x, ids, power, scale = entry.plan.values()
+    assert (x.static, x.convert, x.replicated, x.range_checked) == (False, None, True, True)
+    # convert implies replicate; converted ids and static options are never range-checked
+    assert (ids.convert, ids.replicated, ids.range_checked) == (credax.groups, True, False)
+    assert (power.static, power.replicated, power.range_checked) == (True, False, False)
+    assert scale.rewrites and not _api.ArgumentPlan("y").rewrites
+    real = credax.grpo_advantages.plan
+    assert real["group_ids"].convert is credax.groups and not real["group_ids"].range_checked
+    assert real["rewards"].range_checked and not real["rewards"].static
+    assert credax.discounted_returns.plan["rewards"].replicated  # replicate=True, no convert
+    assert not credax.policy_loss.plan["logp"].replicated  # row-wise: keeps its sharding
+
+
+def test_the_call_runs_its_steps_in_order():
+    entry, _, seen = _entry()
+    x = np.arange(4.0, dtype=np.float32)
+    ids = np.array([2**40, 2**40, 7, 7])  # beyond int32: fine for ids (densified on the host)
+    out = entry(x, ids, power=np.int64(2), scale=2.0)  # a NumPy static: its Python value
+    np.testing.assert_allclose(out, [0.0, 2.0, 8.0, 18.0])
+    (received, power), = seen
+    assert isinstance(received, credax.Groups) and power == 2 and type(power) is int
+    with pytest.raises(ValueError, match="`x` holds 1e\\+39"):  # step 1: host range, by name
+        entry(np.array([1e39, 0.0]), ids[:2])
+    with pytest.raises(ValueError, match="^`scale` must be > 0"):  # step 2: check
+        entry(x, ids, scale=-1.0)
+    with pytest.raises(TypeError, match="`power` is static"):  # step 3: a traced static option
+        jax.jit(lambda p: entry(x, ids, power=p))(2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'powr'"):  # Python's own
+        entry(x, ids, powr=2)
+
+
+def test_with_body_keeps_the_declarations():
+    entry, _, _ = _entry()
+    got = []
+
+    def instrumented(x, group_ids, *, power=1, scale=1.0):
+        got.append(type(group_ids))
+        return x + power
+
+    other = entry.with_body(instrumented)
+    assert other.body is instrumented and other.plan == entry.plan
+    np.testing.assert_allclose(other(np.zeros(2, np.float32), [5, 6], power=3), [3.0, 3.0])
+    assert got == [credax.Groups]  # converted as the original entry converts
+    with pytest.raises(ValueError, match="scale"):  # checked as the original entry checks
+        other(np.zeros(2, np.float32), [5, 6], scale=0.0)
+
+
+def test_lower_applies_the_call_s_rewrites():
+    entry, _, _ = _entry()
+    x = jnp.arange(4.0)
+    # A static option given as a 0-d array and raw ids: lowered as the call compiles them.
+    text = entry.lower(x, [1, 1, 2, 2], power=jnp.asarray(3)).as_text()
+    assert "stablehlo" in text or "HloModule" in text
+    with pytest.raises(ValueError, match="scale"):
+        entry.lower(x, [1, 1, 2, 2], scale=-1.0)
+
+
+def test_declarations_naming_no_parameter_are_refused():
+    def body(x, *, power=1):
+        return x
+
+    with pytest.raises(ValueError, match=r"\['pwer'\] not among the parameters"):
+        _api.jit_public(static_argnames=("pwer",))(body)
+    with pytest.raises(ValueError, match="group_ids"):
+        _api.jit_public(convert={"group_ids": credax.groups})(body)
+    with pytest.raises(ValueError, match="both static and converted"):
+        _api.jit_public(static_argnames=("x",), convert={"x": credax.groups})(body)
+
+
+def test_an_entry_binds_copies_pickles_and_documents_like_a_function():
+    import copy
+    import pickle
+    import pydoc
+
+    fn = credax.grpo_advantages
+    assert pickle.loads(pickle.dumps(fn)) is fn
+    assert copy.copy(fn) is fn and copy.deepcopy(fn) is fn
+
+    class Holder:
+        advantages = credax.best_prior  # a class attribute binds, as a function's would
+
+    bound = Holder().advantages
+    assert bound.__func__ is credax.best_prior
+    assert Holder.advantages is credax.best_prior
+    page = pydoc.render_doc(fn, renderer=pydoc.plaintext)
+    assert "grpo_advantages(rewards" in page  # help() shows the signature, then the docstring
+    assert fn.__doc__.strip().splitlines()[0] in page
+    entry, _, _ = _entry()
+    with pytest.raises((pickle.PicklingError, AttributeError), match="local"):  # as a local function
+        pickle.dumps(entry)
+
+
+def test_with_body_keeps_the_keyword_hints():
+    # with_body rebuilds the entry with the same declarations: the refusal of a removed keyword
+    # names where it went in the rebuilt entry as in the public one.
+    rebuilt = credax.grpo_advantages.with_body(credax.grpo_advantages.body)
     r, ids = np.array([1.0, 0.0], np.float32), np.array([0, 0])
     with pytest.raises(TypeError) as public:
         credax.grpo_advantages(r, ids, eps=0.0)
     with pytest.raises(TypeError) as again:
         rebuilt(r, ids, eps=0.0)
-    assert str(again.value) == str(public.value)
+    assert str(again.value) == str(public.value) and "normalization=" in str(public.value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,6 +328,10 @@ def test_replicate_explicit_gathers_explicit_axes_only():
 def test_lower_goes_through_the_public_checks_and_rewrites():
     # `.lower` converts `normalization=` on the host as the call does, and rejects what the call
     # rejects: a removed keyword, a value that is not a Normalization, an unchecked bad one.
+    import numpy as np
+
+    import credax
+
     s = np.linspace(0.0, 1.0, 8, dtype=np.float32).reshape(4, 2)
     m = np.ones((4, 2), bool)
     g = credax.groups(np.array([0, 0, 1, 1]))
@@ -210,12 +351,10 @@ def test_lower_goes_through_the_public_checks_and_rewrites():
 
 
 def _public_signatures():
-    import inspect
-
     for name in credax.__all__:
         fn = getattr(credax, name)
-        if callable(fn) and hasattr(fn, "public_options"):
-            yield name, inspect.signature(fn.__wrapped__)
+        if hasattr(fn, "with_body"):
+            yield name, fn.signature
 
 
 def _calls(sig):
@@ -269,9 +408,9 @@ def test_fast_binding_leaves_bad_calls_to_python_with_its_own_error():
         assert str(got.value) == str(expected.value)
 
 
-def test_fast_binding_after_prepare_drops_keywords_as_inspect_does():
-    # A `prepare` hook of jit_public may pop keywords from the bound arguments; args / kwargs
-    # then hold what is left, exactly as inspect.BoundArguments would.
+def test_fast_binding_after_dropped_keywords_is_as_inspect_s():
+    # Bound arguments a caller edits (pops keywords from): args / kwargs then hold what is left,
+    # exactly as inspect.BoundArguments would.
     import inspect
 
     def f(x, g, mask=None, *, eps=1.0, scale="group", normalization=None):
@@ -288,24 +427,6 @@ def test_fast_binding_after_prepare_drops_keywords_as_inspect_does():
     assert bound.kwargs == expected.kwargs == {"mask": None, "eps": 1.0, "normalization": None}
 
 
-def test_jit_public_prepare_hook_rewrites_the_call():
-    # The generic hook (no credax entry uses one now): it sees the bound arguments and the names
-    # passed, and the compiled function is called with what it leaves.
-    seen = []
-
-    def fold(arguments, passed):
-        seen.append(passed)
-        arguments["y"] = arguments.pop("y") * 10
-
-    @_api.jit_public(prepare=fold)
-    def f(x, y=1.0):
-        return x + y
-
-    np.testing.assert_array_equal(f(jnp.zeros(2), y=2.0), [20.0, 20.0])
-    np.testing.assert_array_equal(f(jnp.zeros(2)), [10.0, 10.0])
-    assert seen == [frozenset({"x", "y"}), frozenset({"x"})]
-
-
 # --------------------------------------------------------------------------------------------
 # Unknown keywords: refused by name before tracing; the normalisation fields say where they went
 # --------------------------------------------------------------------------------------------
@@ -314,8 +435,8 @@ def test_jit_public_prepare_hook_rewrites_the_call():
 def _normalizing_entries():
     for name in credax.__all__:
         fn = getattr(credax, name)
-        if callable(fn) and hasattr(fn, "public_options"):
-            if "normalization" in inspect.signature(fn.__wrapped__).parameters:
+        if callable(fn) and hasattr(fn, "with_body"):
+            if "normalization" in fn.signature.parameters:
                 yield name, fn
 
 
@@ -341,7 +462,7 @@ def test_every_public_function_refuses_an_unknown_keyword_by_name_first():
     for name, _sig in _public_signatures():
         fn = getattr(credax, name)
         # No other argument given: the unknown keyword is refused before anything else is read.
-        with pytest.raises(TypeError, match=rf"^{fn.__wrapped__.__name__}\(\) got an unexpected "
+        with pytest.raises(TypeError, match=rf"^{fn.__name__}\(\) got an unexpected "
                                             r"keyword argument 'not_an_option'\.$"):
             fn(not_an_option=1)
         checked += 1
@@ -355,7 +476,7 @@ def test_removed_normalization_keywords_are_refused_with_the_hint():
             "triage_advantages"} <= entries.keys()
     for fn in entries.values():
         for key in NORMALIZE_KEYS:
-            message = (f"{fn.__wrapped__.__name__}() got an unexpected keyword argument {key!r}. "
+            message = (f"{fn.__name__}() got an unexpected keyword argument {key!r}. "
                        f"{MOVED_TO_NORMALIZATION[key]}")
             with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
                 fn(**{key: object()})
@@ -375,7 +496,7 @@ def test_removed_normalization_keywords_are_refused_with_the_hint():
 
 def test_every_normalizing_entry_converts_normalization_with_as_normalization():
     for name, fn in _normalizing_entries():
-        assert fn.public_options["convert"]["normalization"] is _normalization.as_normalization, name
+        assert fn.plan["normalization"].convert is _normalization.as_normalization, name
 
 
 def test_as_normalization_accepts_a_normalization_or_none_only():

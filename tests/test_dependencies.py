@@ -90,7 +90,7 @@ def test_each_optional_module_has_its_extra():
 def test_nnx_extra_and_demo_extra():
     extras = _project()["optional-dependencies"]
     assert _requirement_names(extras["nnx"]) == {"flax", "optax"}
-    demo = _module_level_imports((ROOT / "benchmarks" / "quality").rglob("*.py"))
+    demo = _module_level_imports((ROOT / "benchmarks" / "lab").rglob("*.py"))
     # matplotlib is imported inside the report's plotting function, not at module level
     assert demo - {"jax", "numpy"} == {"flax", "optax"}
     assert _requirement_names(extras["demo"]) == {"flax", "optax", "matplotlib"}

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from benchmarks.quality import env as E
-from benchmarks.quality import groundtruth as GT
-from benchmarks.quality import metrics as X
-from benchmarks.quality import refine as R
-from benchmarks.quality.lab import gradient_stats
-from benchmarks.quality.methods import shuffle_valid
+from benchmarks.lab import env as E
+from benchmarks.lab import groundtruth as GT
+from benchmarks.lab import metrics as X
+from benchmarks.lab import refine as R
+from benchmarks.lab.checkpoint import gradient_stats
+from benchmarks.lab.methods import shuffle_valid
 
 BIG = 50.0  # a bias that makes one token certain (exp(-50) is below float32 resolution)
 
@@ -246,7 +246,7 @@ def test_inverse_cdf_draws_each_token_with_its_softmax_probability():
     # logits log([0.5, 0.3, 0.2, 0]) (the last token impossible): u on an even grid of 10_000
     # points must land on token j exactly a p_j share of the time (up to the grid's 1e-4 step),
     # and never on the zero-probability token, even for u just below 1.
-    from benchmarks.quality.policy import inverse_cdf
+    from benchmarks.lab.policy import inverse_cdf
 
     p = np.array([0.5, 0.3, 0.2, 0.0])
     logits = jnp.asarray(np.log(np.maximum(p, 1e-30)), jnp.float32)
@@ -264,7 +264,7 @@ def test_sampling_draws_follow_the_policy_and_share_common_random_numbers():
     # The refinement policy's slots under a seeded random model: the empirical token frequencies
     # of 20_000 draws match the model's own softmax within 5 standard errors, and the same noise
     # at the same observation gives the same tokens (what the ground truth's branch pairs rely on).
-    from benchmarks.quality.policy import sampling_noise
+    from benchmarks.lab.policy import sampling_noise
 
     task = R.RefineTask(length=2, alphabet=3, turns=3)
     model = task.policy(8, rngs=nnx.Rngs(params=3))
@@ -325,7 +325,7 @@ def test_per_turn_estimate_is_exact_on_a_deterministic_state_for_every_n():
 
 
 def test_true_advantage_control_trains_on_its_own_estimate_scaled_to_unit_rms():
-    from benchmarks.quality import methods as M
+    from benchmarks.lab import methods as M
 
     n_pairs = M.METHODS["true_adv"].oracle
     assert n_pairs == 1 and M.VARIANTS["true_adv_n16"].oracle == 16
@@ -394,7 +394,7 @@ def test_across_method_rank_correlation_hand_cases():
 def test_batch_gradient_stats_against_an_explicit_bootstrap():
     # Independent check of the exact bootstrap formula: draw 20000 resamples of the B = 3
     # trajectories with replacement and measure the gradient's variance directly.
-    from benchmarks.quality.lab import batch_gradient_stats
+    from benchmarks.lab.checkpoint import batch_gradient_stats
 
     rng = np.random.default_rng(0)
     B, K, D = 3, 2, 4
@@ -414,7 +414,7 @@ def test_batch_gradient_stats_against_an_explicit_bootstrap():
 
 
 def test_shuffled_roles_keep_each_rollouts_labels():
-    from benchmarks.quality import methods as M
+    from benchmarks.lab import methods as M
 
     roles = jnp.asarray([[0, 1, 2, 3, 9], [1, 1, 0, 7, 7]], jnp.int32)
     mask = jnp.asarray([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], bool)

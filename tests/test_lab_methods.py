@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import credax
-from benchmarks.quality import methods as M
-from benchmarks.quality.policy import Rollout
+from benchmarks.lab import methods as M
+from benchmarks.lab.policy import Rollout
+from tests.reference import estimators as ref
 
 
 def context(scores, turn_mask, outcome, group_ids, *, values=None, anchors=None):
@@ -62,36 +63,17 @@ def test_shrinkage_hand_case_on_every_real_turn():
     np.testing.assert_allclose(M.shrink_rloo(ctx, S), np.where(mask, loo[:, None], 0.0), atol=1e-6)
 
 
-def js_reference(r, g, loo):
-    """Positive-part James–Stein baseline in plain NumPy (the formula of arXiv 2511.03710 as
-    credax's shrinkage_baseline documents it), written independently of credax."""
-    ids = np.unique(g)
-    P = len(ids)
-    mu = np.array([r[g == p].mean() for p in ids])
-    n = np.array([(g == p).sum() for p in ids])
-    grand = mu.mean()
-    within = sum(((r[g == p] - mu[i]) ** 2).sum() for i, p in enumerate(ids)) / (n - 1).sum()
-    spread = ((mu - grand) ** 2).sum()
-    out = np.empty_like(r)
-    for i, p in enumerate(ids):
-        rows = np.flatnonzero(g == p)
-        m = n[i] - 1 if loo else n[i]
-        c = np.clip((P - 3) * (within / m) / spread, 0.0, 1.0)
-        for j in rows:
-            others = (r[rows].sum() - r[j]) / (n[i] - 1) if loo else mu[i]
-            out[j] = r[j] - (grand + (1 - c) * (others - grand))
-    return out
-
-
 @pytest.mark.parametrize("loo", [False, True])
-def test_shrinkage_methods_match_an_independent_numpy_reference(loo):
+def test_shrinkage_methods_match_the_numpy_reference(loo):
+    # The lab's advantage is r - b, b the positive-part James–Stein baseline (tests/reference).
     rng = np.random.default_rng(3)
     for _ in range(5):
         g = np.repeat(np.arange(8), 8)
         r = (rng.random(8)[g] + 0.6 * rng.random(64)).astype(np.float32)
         ctx = context(np.zeros((64, 4)), np.ones((64, 4), bool), r, g)
         got = np.asarray((M.shrink_rloo if loo else M.shrink)(ctx, S))[:, 0]
-        np.testing.assert_allclose(got, js_reference(r.astype(np.float64), g, loo), atol=2e-5)
+        baseline, _, _ = ref.shrinkage_baseline(r, g, leave_one_out=loo)
+        np.testing.assert_allclose(got, r.astype(np.float64) - baseline, atol=2e-5)
 
 
 def test_hgpo_hand_case_with_the_verl_agent_preset():

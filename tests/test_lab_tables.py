@@ -1,12 +1,12 @@
 """The credit lab's published tables are generated from the committed results JSON, not copied:
 the block between the lab-results markers of the guide and of the README is exactly what
-``python -m benchmarks.quality.tables`` writes from ``benchmarks/quality/results/lab.json``."""
+``python -m benchmarks.lab.tables`` writes from ``benchmarks/lab/results/lab.json``."""
 
 import json
 
 import pytest
 
-from benchmarks.quality import tables
+from benchmarks.lab import tables
 
 
 def _block(path):
@@ -18,7 +18,7 @@ def _block(path):
 @pytest.fixture(scope="module")
 def record():
     if not tables.RESULTS.exists():
-        pytest.skip("no committed results yet (benchmarks/quality/results/lab.json)")
+        pytest.skip("no committed results yet (benchmarks/lab/results/lab.json)")
     return json.loads(tables.RESULTS.read_text())
 
 
@@ -53,7 +53,7 @@ def test_committed_ceiling_trains_on_credit_that_tracks_the_truth():
     # against the lab's independent A* (never 1 by construction) and clears the issue's 0.85.
     oracle = _oracle()
     if oracle is None:
-        pytest.skip("no committed ceiling run (benchmarks/quality/results/oracle/lab.json)")
+        pytest.skip("no committed ceiling run (benchmarks/lab/results/oracle/lab.json)")
     for task in oracle["tasks"].values():
         assert {"true_adv", "true_adv_n4", "true_adv_n16", "grpo", "value"} <= set(task["methods"])
         r16 = task["lab"]["credit"]["0"]["true_adv_n16"]["pearson"]

@@ -10,12 +10,12 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks.quality import __main__ as cli
-from benchmarks.quality import env as E
-from benchmarks.quality import judges, tables
-from benchmarks.quality.methods import METHODS
+from benchmarks.lab import __main__ as cli
+from benchmarks.lab import env as E
+from benchmarks.lab import judges, tables
+from benchmarks.lab.methods import METHODS
 
-USER = "benchmarks/quality/example_credit.py:progress_credit"  # scored like a built-in method
+USER = "benchmarks/lab/example_credit.py:progress_credit"  # scored like a built-in method
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""The contiguous layout promise (``groups(ids, layout="contiguous", group_size=G)``) and the
-doubling running maximum: every fast path against the general path.
+"""The contiguous layout promise (``groups(ids, layout="contiguous", group_size=G)``): every fast
+path against the general path (the doubling running maximum's test is in tests/test_turns.py).
 
 Equality stated per quantity: counts, masks, maxima, selections and exact zeros of constant sets
 are identical (``assert_array_equal``); sums, means and z-scores may differ by float32 rounding
@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import credax
-from credax import _turns
 from credax._group_stats import _block_stats
 from credax._grouping import normalize_with_groups
 
@@ -185,18 +184,3 @@ def test_contiguous_groups_pass_through_jit_and_vmap():
     stacked = jnp.stack([jnp.asarray(scores[:, 0])] * 2)
     out = jax.vmap(lambda r: credax.grpo_advantages(r, c))(stacked)
     np.testing.assert_allclose(out[0], credax.grpo_advantages(scores[:, 0], g), **ROUND)
-
-
-@pytest.mark.parametrize("turns", [1, 2, 3, 5, 8, 16, 33])
-@pytest.mark.parametrize("reverse", [False, True])
-def test_running_max_doubling_equals_sequential(turns, reverse):
-    rng = np.random.default_rng(turns)
-    x = rng.integers(-3, 4, size=(6, turns)).astype(np.float32)
-    x[rng.random(x.shape) < 0.3] = -np.inf
-    ref = np.maximum.accumulate(x[:, ::-1] if reverse else x, axis=1)
-    ref = ref[:, ::-1] if reverse else ref
-    np.testing.assert_array_equal(_turns.running_max(jnp.asarray(x), reverse=reverse), ref)
-    xi = rng.integers(-5, 5, size=(4, turns)).astype(np.int32)
-    refi = np.maximum.accumulate(xi[:, ::-1] if reverse else xi, axis=1)
-    refi = refi[:, ::-1] if reverse else refi
-    np.testing.assert_array_equal(_turns.running_max(jnp.asarray(xi), reverse=reverse), refi)

@@ -1,6 +1,7 @@
 """Loss parity presets: ``policy_loss(..., **preset)`` against NumPy re-statements of the peers.
 
-The references below restate, in float64 NumPy, the formulas of verl's
+The references (``tests/reference/peer_forms.py``: ``verl_policy_loss``, ``verl_gspo_grad``,
+``trl_policy_loss``) restate, in float64 NumPy, the formulas of verl's
 ``compute_policy_loss_vanilla`` / ``compute_policy_loss_gspo`` / ``kl_penalty`` / ``agg_loss``
 (verl/trainer/ppo/core_algos.py) and TRL's ``GRPOTrainer._compute_loss`` (trl/trainer/
 grpo_trainer.py), read for their conventions, not copied. Gradients are central finite differences
@@ -18,6 +19,7 @@ import pytest
 
 import credax
 from credax import presets
+from tests.reference.peer_forms import trl_policy_loss, verl_gspo_grad, verl_policy_loss
 
 B, T, CASES = 4, 6, 6
 
@@ -44,73 +46,6 @@ def _fd_grad(loss, logp, h=1e-6):
     return g
 
 
-def verl_reference(logp, old, adv, mask, ref, *, kl_coef, gspo=False, clip=0.2, clip_c=3.0):
-    """verl: vanilla (token) or GSPO surrogate, token-mean / seq-mean-token-mean, k3 KL loss."""
-    a = np.broadcast_to(adv[:, None], logp.shape)
-    m = mask.astype(np.float64)
-    if gspo:
-        n = np.maximum(m.sum(-1), 1)
-        seq = (((logp - old) * m).sum(-1) / n)[:, None]
-        log_r = np.minimum(seq + 0 * logp, 10.0)  # value of sg(s) + logp - sg(logp)
-    else:
-        log_r = np.clip(logp - old, -20, 20)
-    r = np.exp(log_r)
-    l1, l2 = -a * r, -a * np.clip(r, 1 - clip, 1 + clip)
-    c1 = np.maximum(l1, l2)
-    loss_tok = c1 if gspo else np.where(a < 0, np.minimum(-a * clip_c, c1), c1)
-    kl = np.clip(ref - logp, -20, 20)
-    kld = np.clip(np.exp(kl) - kl - 1, -10, 10)
-
-    def agg(v):
-        if gspo:  # seq-mean-token-mean over non-empty rows
-            rows = m.sum(-1)
-            per = (v * m).sum(-1) / (rows + 1e-8)
-            return per[rows > 0].sum() / (rows > 0).sum()
-        return (v * m).sum() / m.sum()
-
-    return agg(loss_tok) + kl_coef * agg(kld)
-
-
-def verl_gspo_grad(logp, old, adv, mask, *, clip=0.2):
-    """GSPO's gradient is that of the GSPO-token form (sg on the sequence ratio), which finite
-    differences of the value cannot see: d/dlogp_t = -A·s_b (unclipped) / (n_b · S)."""
-    m = mask.astype(np.float64)
-    n = m.sum(-1)
-    seq = ((logp - old) * m).sum(-1) / np.maximum(n, 1)
-    s = np.exp(np.minimum(seq, 10.0))
-    a = adv
-    l1, l2 = -a * s, -a * np.clip(s, 1 - clip, 1 + clip)
-    unclipped = l1 >= l2
-    rows = (n > 0).sum()
-    per_token = np.where(unclipped, -a * s, 0.0)[:, None] / np.maximum(n, 1)[:, None] / rows
-    return per_token * m
-
-
-def trl_reference(logp, old, adv, mask, ref, *, loss_type, beta, bias_kl=True, eps=0.2,
-                  max_len=T, level="token", delta=None):
-    """TRL 1.16 ``_compute_loss`` (``use_bias_correction_kl`` defaults to True there)."""
-    a = adv[:, None]
-    m = mask.astype(np.float64)
-    log_ratio = logp - old
-    if level == "sequence":
-        log_ratio = ((log_ratio * m).sum(-1) / np.maximum(m.sum(-1), 1.0))[:, None]
-    coef_1 = np.exp(log_ratio)
-    coef_2 = np.clip(coef_1, 1 - eps, 1 + eps)
-    capped = coef_1 if delta is None else np.minimum(coef_1, delta)  # TRL: torch.clamp(max=delta)
-    ptl = -np.minimum(capped * a, coef_2 * a)
-    kl = np.exp(ref - logp) - (ref - logp) - 1
-    if bias_kl:
-        kl = kl * coef_1
-    ptl = ptl + beta * kl
-    if loss_type == "grpo":
-        return ((ptl * m).sum(-1) / np.maximum(m.sum(-1), 1.0)).mean()
-    if loss_type == "bnpo":
-        return (ptl * m).sum() / max(m.sum(), 1.0)
-    if loss_type == "dr_grpo":
-        return (ptl * m).sum() / (ptl.shape[0] * max_len)
-    return (ptl * m).sum() / max(m.sum(), 1.0)  # dapo, one process, num_items = local tokens
-
-
 def _credax(logp, old, adv, mask, ref, kl_coef, **options):
     def f(lp):
         return credax.policy_loss(lp, jnp.asarray(old, jnp.float32), jnp.asarray(adv, jnp.float32),
@@ -130,8 +65,8 @@ def _inputs32(*arrays):
 def test_verl_vanilla_preset(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed))
     loss, grad = _credax(logp, old, adv, mask, ref, 0.1, **presets.VERL_LOSS)
-    want = verl_reference(logp, old, adv, mask, ref, kl_coef=0.1)
-    want_grad = _fd_grad(lambda lp: verl_reference(lp, old, adv, mask, ref, kl_coef=0.1), logp)
+    want = verl_policy_loss(logp, old, adv, mask, ref, kl_coef=0.1)
+    want_grad = _fd_grad(lambda lp: verl_policy_loss(lp, old, adv, mask, ref, kl_coef=0.1), logp)
     np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
 
@@ -143,8 +78,8 @@ def test_verl_vanilla_dual_clip_and_kl_clamp_bind(seed):
     ref = np.asarray(logp - 12.0 * np.sign(np.random.default_rng(seed).normal(size=logp.shape)),
                      np.float32).astype(np.float64)
     loss, grad = _credax(logp, old, adv, mask, ref, 0.1, **presets.VERL_LOSS)
-    want = verl_reference(logp, old, adv, mask, ref, kl_coef=0.1)
-    want_grad = _fd_grad(lambda lp: verl_reference(lp, old, adv, mask, ref, kl_coef=0.1), logp)
+    want = verl_policy_loss(logp, old, adv, mask, ref, kl_coef=0.1)
+    want_grad = _fd_grad(lambda lp: verl_policy_loss(lp, old, adv, mask, ref, kl_coef=0.1), logp)
     np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
 
@@ -153,7 +88,7 @@ def test_verl_vanilla_dual_clip_and_kl_clamp_bind(seed):
 def test_verl_gspo_preset(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=0.15))
     loss, grad = _credax(logp, old, adv, mask, ref, 0.0, **presets.VERL_GSPO_LOSS)
-    want = verl_reference(logp, old, adv, mask, ref, kl_coef=0.0, gspo=True)
+    want = verl_policy_loss(logp, old, adv, mask, ref, kl_coef=0.0, gspo=True)
     np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, verl_gspo_grad(logp, old, adv, mask), rtol=1e-4, atol=1e-7)
 
@@ -175,7 +110,7 @@ def test_trl_presets(loss_type, seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed))
     options = presets.trl_loss(loss_type, num_rows=B, max_completion_length=T)
     loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
-    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type=loss_type, beta=0.04)
+    ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type=loss_type, beta=0.04)
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
 
@@ -185,14 +120,14 @@ def test_trl_bias_corrected_kl(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed))
     options = presets.trl_loss("dapo", use_bias_correction_kl=True)
     loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
-    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
+    ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
                                         bias_kl=True)
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
     # And without it (use_bias_correction_kl=False): the plain k3 term.
     loss, grad = _credax(logp, old, adv, mask, ref, 0.04,
                          **presets.trl_loss("dapo", use_bias_correction_kl=False))
-    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
+    ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
                                         bias_kl=False)
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
@@ -205,7 +140,7 @@ def test_trl_sequence_level(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=0.15))
     options = presets.trl_loss("grpo", num_rows=B, importance_sampling_level="sequence")
     loss, grad = _credax(logp, old, adv, mask, ref, 0.0, **options)
-    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, loss_type="grpo", beta=0.0,
+    ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type="grpo", beta=0.0,
                                         level="sequence")
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
@@ -227,11 +162,11 @@ def test_trl_sequence_level_bias_corrected_kl(seed):
 
 
 def _assert_trl(seed, spread, options, **reference):
-    """credax with ``options`` against ``trl_reference(**reference)`` at beta 0.04: loss and
+    """credax with ``options`` against ``trl_policy_loss(**reference)`` at beta 0.04: loss and
     finite-difference gradient."""
     logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=spread))
     loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
-    ref_loss = lambda lp: trl_reference(lp, old, adv, mask, ref, beta=0.04, **reference)  # noqa: E731
+    ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, beta=0.04, **reference)  # noqa: E731
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
 

@@ -1,7 +1,8 @@
 """The compiled-memory bound of the chunked linear log-prob (token_logprobs_from_hidden).
 
-XLA's compiled memory analysis is exact and needs no run: ``temp_size_in_bytes`` is the scratch
-space of the whole forward + backward program, arguments and outputs excluded. The bound is
+XLA's compiled memory analysis (``credax.bench.harness.compiled_memory``, the one place credax
+measures it) is exact and needs no run: ``temp_size_in_bytes`` is the scratch space of the whole
+forward + backward program, arguments and outputs excluded. The bound is
 asserted against the bytes of the full ``[B, T, V]`` float32 logits.
 
 At the issue's shape (B=8, T=4096, D=1024, V=32768, float32; logits 4,294,967,296 bytes) the CPU
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 import credax
+from credax.bench.harness import compiled_memory
 from tests import random_inputs as rd
 
 B, T, D, V, CHUNK = 2, 512, 16, 4096, 32
@@ -33,8 +35,11 @@ def _temp_bytes(chunk_size, with_mask):
     spec = jax.ShapeDtypeStruct
     args = (spec((B, T, D), jnp.float32), spec((D, V), jnp.float32), spec((B, T), jnp.int32),
             spec((B, T), jnp.bool_))
-    compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(*args).compile()
-    return compiled.memory_analysis().temp_size_in_bytes
+    return _temp(jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), *args)
+
+
+def _temp(jitted, *args):
+    return compiled_memory(jitted, *args)["temp_size_in_bytes"]
 
 
 @pytest.mark.parametrize("with_mask", [False, True])
@@ -79,9 +84,8 @@ def test_token_logprobs_never_materialises_log_softmax(dtype, with_mask):
 
     spec = jax.ShapeDtypeStruct
     args = (spec((B, T, V), dtype), spec((B, T), jnp.int32), spec((B, T), jnp.bool_))
-    forward = jax.jit(f).lower(*args).compile().memory_analysis().temp_size_in_bytes
-    both = jax.jit(jax.value_and_grad(lambda *a: jnp.sum(f(*a)))).lower(*args).compile()
-    both = both.memory_analysis().temp_size_in_bytes
+    forward = _temp(jax.jit(f), *args)
+    both = _temp(jax.jit(jax.value_and_grad(lambda *a: jnp.sum(f(*a)))), *args)
     bound = 0.05 if dtype == jnp.float32 else 1.1
     assert forward <= bound * LOGITS_BYTES, forward / LOGITS_BYTES
     assert both <= bound * LOGITS_BYTES, both / LOGITS_BYTES
@@ -101,8 +105,7 @@ def test_turn_advantages_keep_no_token_copy_for_the_backward_pass():
             return credax.policy_loss(lp, old, adv, mask, token_turn=tt).loss
 
         args = (floats, floats, advantages, spec((b, t), jnp.bool_), token_turn)
-        compiled = jax.jit(jax.value_and_grad(loss)).lower(*args).compile()
-        return compiled.memory_analysis().temp_size_in_bytes
+        return _temp(jax.jit(jax.value_and_grad(loss)), *args)
 
     per_token = temp(floats, None)
     per_turn = temp(spec((b, k), jnp.float32), turns)

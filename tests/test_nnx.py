@@ -263,6 +263,7 @@ def test_chunked_head_memory_bound_holds_under_the_nnx_wrapper():
     # to the running sum), as benchmarks/memory.py and `python -m credax.bench --only lm_head`
     # measure; the unchunked program holds the whole logits twice (16 chunks here).
     from credax.bench.cases import nnx_temp_bytes
+    from credax.bench.harness import compiled_memory
 
     class _Env:
         jax = jax
@@ -285,7 +286,7 @@ def test_chunked_head_memory_bound_holds_under_the_nnx_wrapper():
             credax.token_logprobs_from_hidden(h, w, tok, mask=m), od, a, m).loss)
         args = [spec(x.shape, x.dtype) for x in (hidden, unembedding, tokens, old, adv, mask)]
         grad = jax.jit(jax.value_and_grad(f, argnums=(0, 1)))
-        return grad.lower(*args).compile().memory_analysis().temp_size_in_bytes
+        return compiled_memory(grad, *args)["temp_size_in_bytes"]
 
     plain, whole = temp(c), temp(None)
     assert whole >= 8 * chunk, whole / chunk  # the analysis counts [B, T, V] buffers

@@ -481,3 +481,21 @@ def test_argument_errors_under_jit():
         jax.jit(lambda s, m: credax.best_prior(s, m))(S2, np.ones((2, 3), np.float32))
     with pytest.raises(ValueError, match="scores"):
         jax.jit(lambda s: credax.future_best(s, np.ones(3, bool)))(np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3, 5, 8, 16, 33])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_running_max_doubling_equals_sequential(turns, reverse):
+    # credax._turns.running_max (a private helper: this file is its module's unit test)
+    from credax._turns import running_max
+
+    rng = np.random.default_rng(turns)
+    x = rng.integers(-3, 4, size=(6, turns)).astype(np.float32)
+    x[rng.random(x.shape) < 0.3] = -np.inf
+    ref = np.maximum.accumulate(x[:, ::-1] if reverse else x, axis=1)
+    ref = ref[:, ::-1] if reverse else ref
+    np.testing.assert_array_equal(running_max(jnp.asarray(x), reverse=reverse), ref)
+    xi = rng.integers(-5, 5, size=(4, turns)).astype(np.int32)
+    refi = np.maximum.accumulate(xi[:, ::-1] if reverse else xi, axis=1)
+    refi = refi[:, ::-1] if reverse else refi
+    np.testing.assert_array_equal(running_max(jnp.asarray(xi), reverse=reverse), refi)

@@ -33,7 +33,7 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"  # before i
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The toy task lives in the repository's benchmarks package: put the repository on the path.
 ROOT = next(p for p in [pathlib.Path.cwd(), *pathlib.Path.cwd().parents]
-            if (p / "benchmarks" / "quality").is_dir())
+            if (p / "benchmarks" / "lab").is_dir())
 sys.path.insert(0, str(ROOT))
 
 import jax
@@ -46,8 +46,8 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import credax
-from benchmarks.quality import env as E
-from benchmarks.quality.policy import SLOTS, Policy, final_score, rollout
+from benchmarks.lab import env as E
+from benchmarks.lab.policy import SLOTS, Policy, final_score, rollout
 
 # %matplotlib inline
 print(jax.devices())
@@ -55,7 +55,7 @@ print(jax.devices())
 # %% [markdown]
 # ## The task
 #
-# The credit-quality benchmark's toy task (`benchmarks/quality/env.py`), at a small size: each
+# The credit lab's toy task (`benchmarks/lab/env.py`), at a small size: each
 # prompt is a hidden code of `L = 2` symbols over `V = 6` letters. The agent starts from a blank
 # answer and has `K = 6` turns. Each turn it emits one action, spelled as up to three tokens like
 # an LLM's tool call:
@@ -66,7 +66,7 @@ print(jax.devices())
 # * `stop` ends the episode.
 #
 # After every turn the verifier scores the answer: the fraction of positions that are right.
-# Success is a score of 1 at the end. The policy (`benchmarks/quality/policy.py`) is a small
+# Success is a score of 1 at the end. The policy (`benchmarks/lab/policy.py`) is a small
 # NNX MLP that decodes the three tokens autoregressively; `rollout` plays all episodes with a
 # `lax.scan` over turns and returns `[B, K]` scores and masks and `[B, K, 3]` tokens with their
 # log-probs under the rollout policy. One in five codes is held out for evaluation.
@@ -247,7 +247,7 @@ for credit, (model, _, _) in runs.items():
 # (gathers information the score cannot see) and how often it writes (moves the score). Turn
 # credit built from the score history pays a write the moment it helps, while a probe is worth
 # something only through what followed it — notebook 01's *exploration* cells.
-# `python -m benchmarks.quality` compares every estimator on this task over several seeds, with
+# `python -m benchmarks.lab` compares every estimator on this task over several seeds, with
 # confidence intervals.
 #
 # ## The same loop, data-parallel over 8 devices
@@ -319,5 +319,5 @@ assert param_diff < 1e-5
 #   KL term against a frozen reference (`ref_logp=`, `kl_coef=`).
 # * Use `credax.nnx.policy_loss_fn` with a `credax.nnx.PolicyBatch` for a language model that
 #   maps `tokens` to logits, and `credax.nnx.sequence_logprobs` for the old log-probs.
-# * Run `python -m benchmarks.quality --tiny` (seconds) or the default demo (every method, 5
+# * Run `python -m benchmarks.lab --tiny` (seconds) or the default demo (every method, 5
 #   seeds) to compare estimators properly.

@@ -1,26 +1,46 @@
 """Public-entry plumbing: how a call reaches a compiled body, and what is checked before tracing.
 
-Every public array function of credax is a plain Python body decorated with :func:`jit_public`:
+Every public array function of credax is a plain Python body made into a :class:`PublicFunction`
+by :func:`jit_public` (``_grouping.jit_grouped`` is the same with the group-id conversion declared)::
 
-* the body is compiled once per (shapes, dtypes, static options) with ``jax.jit``; options that
-  change the program are ``static_argnames``, numeric hyperparameters stay traced, so a schedule
-  (a new ``eps``, ``clip_low``, ``lam`` ...) never recompiles;
-* ``convert`` arguments (the group ids) are converted on the host *before* tracing, so raw ids and
-  a precomputed :class:`credax.Groups` hit the same compiled program and concrete 64-bit ids can
-  be checked exactly; arrays sharded over *Explicit* mesh axes are replicated first
-  (:func:`replicate_explicit`);
-* host arrays that JAX would narrow silently without ``jax_enable_x64`` are refused by name
-  before tracing (:func:`credax._checks.check_host_range`): a NumPy ``float64`` value finite but
-  beyond float32 (``1e39`` would become ``inf``), an ``int64`` / ``uint64`` index beyond int32
-  (``2**32`` would wrap to ``0``); converted ids and static options are exempt;
-* ``check`` sees the bound arguments before tracing: the only place where the *value* of a
-  traced hyperparameter can be seen. Concrete values (Python numbers, NumPy scalars, committed
-  JAX arrays — every ordinary call, including calls with Python floats from inside the caller's own
-  ``jit``) are checked there; a value traced by the caller's ``jit`` cannot be, and is used as
-  given (:func:`concrete_float` returns ``None`` for it).
+    @jit_public(static_argnames=("budget",), convert={"group_ids": groups},
+                check=check_values(eps=NON_NEGATIVE), replicate=True)
+    def estimator(scores, turn_mask, group_ids, *, budget=1, eps=1e-6): ...
 
-Called inside a user's ``jit``, the whole wrapper simply traces inline. Private bodies call private
-bodies (never a decorated public function), so no compiled program nests another one.
+The decorator's options are declarations about arguments. At decoration they become the entry's
+``plan``: one :class:`ArgumentPlan` per parameter, saying whether it is static, converted,
+range-checked and replicated. A call then runs four steps, in this order:
+
+1. **screen** each argument as given: an unknown keyword is refused by name (with the entry's
+   ``hints``, e.g. where a removed normalisation keyword went), a torch tensor is refused (the error points to
+   ``credax.torch``), and a host array that JAX would narrow silently without ``jax_enable_x64``
+   is refused by name (:func:`credax._checks.check_host_range`): a NumPy ``float64`` value finite
+   but beyond float32 (``1e39`` would become ``inf``), an ``int64`` / ``uint64`` index beyond
+   int32 (``2**32`` would wrap to ``0``). Converted ids and static options are exempt: ids are
+   densified exactly on the host, static options never reach JAX as arrays.
+2. **check** the bound arguments (defaults applied): the only place where the *value* of a traced
+   hyperparameter can be seen. Concrete values (Python numbers, NumPy scalars, committed JAX
+   arrays — every ordinary call, including calls with Python floats from inside the caller's own
+   ``jit``) are checked; a value traced by the caller's ``jit`` cannot be, and is used as given
+   (:func:`concrete_float` returns ``None`` for it).
+3. **rewrite** each argument by its plan: a static option given as a concrete 0-d array becomes
+   the Python value ``jit`` hashes; an array sharded over *Explicit* mesh axes is replicated
+   (:func:`replicate_explicit`); a converted argument (group ids → :class:`credax.Groups`) is
+   converted on the host, so raw ids and a precomputed ``Groups`` hit the same compiled program
+   and concrete 64-bit ids are checked exactly.
+4. **run** ``jitted``, ``jax.jit(body, static_argnames=...)``: compiled once per (shapes, dtypes,
+   static options); numeric hyperparameters stay traced, so a schedule (a new ``eps``,
+   ``clip_low``, ``lam`` ...) never recompiles.
+
+The entry object keeps ``body`` (the plain function), ``jitted``, ``signature``, ``plan``,
+``lower(*args, **kwargs)`` (``jitted.lower`` after steps 1–3: XLA's view of exactly what the call
+compiles) and ``with_body(other)`` (the same entry around another body, e.g. one wrapped in
+``chex.assert_max_traces`` to count traces). It carries ``__wrapped__``, ``__name__``, ``__doc__``,
+``__module__`` and ``__qualname__`` as ``functools.wraps`` would, so ``inspect.signature``,
+``help()`` and the API pages read the body's, and it binds, copies and pickles like a function.
+
+Called inside a user's ``jit``, the whole entry simply traces inline. Private bodies call private
+bodies (never a public entry), so no compiled program nests another one.
 """
 
 from __future__ import annotations
@@ -28,7 +48,9 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import types
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -142,35 +164,6 @@ def replicate_explicit(x):
     return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
 
 
-def _static_python(params, static_argnames, args, kwargs):
-    """Static options given as arrays become the Python values ``jit`` can hash.
-
-    A concrete 0-d integer or bool array (``budget=jnp.asarray(3)``, a NumPy scalar) is read back
-    as the Python number it holds; a traced one cannot set a shape, and the error names the
-    argument instead of JAX's "Non-hashable static arguments".
-    """
-
-    def python(name, value):
-        if isinstance(value, jax.core.Tracer):
-            raise TypeError(f"`{name}` is static (it changes the program or sets a shape) and must "
-                            "be a concrete Python value; got a traced array.")
-        if isinstance(value, jax.Array | np.ndarray | np.generic):
-            host = np.asarray(value)
-            if host.ndim == 0 and (np.issubdtype(host.dtype, np.integer) or host.dtype == np.bool_):
-                return host.item()
-            raise TypeError(f"`{name}` is static and must be a Python value; got an array of "
-                            f"shape {host.shape} and dtype {host.dtype}.")
-        return value
-
-    # Only the static entries are rewritten; every other argument (an extra positional one
-    # included, for jit's own error) passes as given.
-    args = tuple(python(params[i], v) if i < len(params) and params[i] in static_argnames else v
-                 for i, v in enumerate(args))
-    if any(k in kwargs for k in static_argnames):
-        kwargs = {k: python(k, v) if k in static_argnames else v for k, v in kwargs.items()}
-    return args, kwargs
-
-
 _PASS_THROUGH = (type(None), bool, int, float, str)  # never arrays: nothing to replicate
 
 
@@ -226,7 +219,7 @@ def _binder(signature: inspect.Signature):
 
 
 class _Bound:
-    """The bound arguments of a call (``.arguments``, a dict ``check`` / ``prepare`` may edit) and
+    """The bound arguments of a call (``.arguments``, a dict ``check`` reads) and
     the ``(args, kwargs)`` they make: the positional parameters in order while present, the rest
     as keywords — ``inspect.BoundArguments.args`` / ``.kwargs`` without their per-call walk over
     the whole signature (``positional=None``: an unusual signature, left to ``inspect``)."""
@@ -255,16 +248,212 @@ class _Bound:
         return {k: v for k, v in self.arguments.items() if k not in taken}
 
 
+
+
+def static_python(name: str, value):
+    """A static option as the Python value ``jit`` hashes (step 3 for a static argument).
+
+    A concrete 0-d integer or bool array (``budget=jnp.asarray(3)``, a NumPy scalar) is read back
+    as the Python number it holds; a traced one cannot set a shape, and the error names the
+    argument instead of JAX's "Non-hashable static arguments".
+    """
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"`{name}` is static (it changes the program or sets a shape) and must "
+                        "be a concrete Python value; got a traced array.")
+    if isinstance(value, jax.Array | np.ndarray | np.generic):
+        host = np.asarray(value)
+        if host.ndim == 0 and (np.issubdtype(host.dtype, np.integer) or host.dtype == np.bool_):
+            return host.item()
+        raise TypeError(f"`{name}` is static and must be a Python value; got an array of "
+                        f"shape {host.shape} and dtype {host.dtype}.")
+    return value
+
+
+class ArgumentPlan(NamedTuple):
+    """What a public call does to one argument before the compiled body sees it.
+
+    Computed once, when the function is decorated, from the decorator's declarations.
+    """
+
+    name: str
+    static: bool = False  # a jit static option (step 3: a concrete 0-d array → its Python value)
+    convert: Callable | None = None  # host conversion before tracing (``None`` passes through)
+    replicated: bool = False  # Explicit-mesh shardings gathered first, on every array leaf
+    range_checked: bool = True  # step 1: host float64 / int64 values JAX would narrow, refused
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether step 3 can change this argument."""
+        return self.static or self.replicated or self.convert is not None
+
+    def rewriter(self) -> Callable | None:
+        """Step 3 for this argument as one function (``None``: passed as given): static → its
+        Python value; otherwise replicate, then convert."""
+        if self.static:
+            return functools.partial(static_python, self.name)
+        convert, replicated = self.convert, self.replicated
+        if convert is None:
+            return _replicate_tree if replicated else None
+
+        def rewrite(value):
+            if replicated:
+                value = _replicate_tree(value)
+            return None if value is None else convert(value)
+
+        return rewrite
+
+
+def argument_plans(signature: inspect.Signature, *, static_argnames=(), convert=None,
+                   replicate: bool = False) -> dict[str, ArgumentPlan]:
+    """Each parameter's :class:`ArgumentPlan` from :func:`jit_public`'s declarations.
+
+    Converted ids and static options are exempt from the range check (ids are densified exactly
+    on the host; static options never reach JAX as arrays). ``convert`` implies ``replicate``:
+    functions that scatter rows into per-group tables need their rows gathered anyway.
+    """
+    convert = dict(convert or {})
+    unknown = (set(static_argnames) | set(convert)) - set(signature.parameters)
+    if unknown:
+        raise ValueError(f"jit_public: {sorted(unknown)} not among the parameters "
+                         f"{list(signature.parameters)}.")
+    both = set(static_argnames) & set(convert)
+    if both:
+        raise ValueError(f"jit_public: {sorted(both)} cannot be both static and converted.")
+    replicate = replicate or bool(convert)
+    return {
+        name: ArgumentPlan(
+            name,
+            static=name in static_argnames,
+            convert=convert.get(name),
+            replicated=replicate and name not in static_argnames,
+            range_checked=name not in static_argnames and name not in convert,
+        )
+        for name in signature.parameters
+    }
+
+
+class PublicFunction:
+    """A public credax function: a plain Python body, compiled with ``jax.jit``, behind the host
+    steps of the module docstring (screen, check, rewrite, run).
+
+    Attributes:
+      body: the plain Python function (its docstring, signature and annotations are the entry's).
+      jitted: ``jax.jit(body, static_argnames=...)``, the compiled program the call runs.
+      signature: ``inspect.signature(body)``.
+      plan: ``{parameter name: ArgumentPlan}``, what steps 1 and 3 do to each argument.
+
+    Build one with :func:`jit_public`; :meth:`with_body` builds the same entry around another body.
+    """
+
+    def __init__(self, body: Callable, *, static_argnames: tuple[str, ...] = (),
+                 convert: Mapping[str, Callable] | None = None,
+                 check: Callable[[Mapping], None] | None = None, replicate: bool = False,
+                 hints: Mapping[str, str] | None = None):
+        functools.update_wrapper(self, body)  # __wrapped__, __name__, __doc__, __module__, ...
+        self._declared = dict(static_argnames=tuple(static_argnames), convert=dict(convert or {}),
+                              check=check, replicate=replicate, hints=dict(hints or {}))
+        self.body = body
+        self.signature = inspect.signature(body)
+        self.plan = types.MappingProxyType(argument_plans(
+            self.signature, static_argnames=static_argnames, convert=convert, replicate=replicate))
+        self.jitted = jax.jit(body, static_argnames=static_argnames)
+        # The per-call forms of the plan (plain tuples, sets and dicts: read on every call).
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        positional = [a for a in self.plan.values() if self.signature.parameters[a.name].kind in kinds]
+        self._screen_at = tuple((a.name, a.range_checked) for a in positional)
+        self._unchecked = frozenset(a.name for a in self.plan.values() if not a.range_checked)
+        self._rewrite_at = tuple(a.rewriter() for a in positional)
+        self._rewrite_named = {a.name: a.rewriter() for a in self.plan.values() if a.rewrites}
+        self._check, self._hints = check, dict(hints or {})
+        self._names = frozenset(self.signature.parameters)
+        self._bind = _binder(self.signature) if check is not None else None
+
+    # --------------------------------------------------------------------------------------------
+    # The call: steps 1-3 give what `jitted` is called with (module docstring)
+    # --------------------------------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        args, kwargs = self._arguments(args, kwargs)
+        return self.jitted(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        """``jitted.lower`` on the arguments as the call checks and rewrites them."""
+        args, kwargs = self._arguments(args, kwargs)
+        return self.jitted.lower(*args, **kwargs)
+
+    def _arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        self._screen(args, kwargs)
+        if self._bind is not None:
+            args, kwargs = self._check_bound(args, kwargs)
+        if self._rewrite_named:
+            args, kwargs = self._rewrite(args, kwargs)
+        return args, kwargs
+
+    def _screen(self, args, kwargs) -> None:
+        """Step 1, before ``jit``'s generic errors: unknown keywords, torch tensors and narrowed
+        host values."""
+        function = self.__name__
+        if not kwargs.keys() <= self._names:
+            name = sorted(kwargs.keys() - self._names)[0]
+            hint = f" {self._hints[name]}" if name in self._hints else ""
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}.{hint}")
+        for (name, range_checked), value in zip(self._screen_at, args, strict=False):
+            _checks.reject_torch(value, name, function)  # extra arguments: left to jit's error
+            if range_checked:
+                _checks.check_host_range(value, name)
+        for name, value in kwargs.items():
+            _checks.reject_torch(value, name, function)
+            if name not in self._unchecked:
+                _checks.check_host_range(value, name)
+
+    def _check_bound(self, args, kwargs):
+        """Step 2: ``check`` on the bound arguments (defaults applied)."""
+        bound, _ = self._bind(args, kwargs)
+        self._check(bound.arguments)
+        return args, kwargs
+
+    def _rewrite(self, args, kwargs):
+        """Step 3: each argument by its plan (static → Python value, replicate, convert)."""
+        out = [v if f is None else f(v) for f, v in zip(self._rewrite_at, args, strict=False)]
+        out.extend(args[len(out):])  # extra positional arguments: as given, for jit's error
+        named = self._rewrite_named
+        return out, {k: named[k](v) if k in named else v for k, v in kwargs.items()}
+
+    # --------------------------------------------------------------------------------------------
+    # The same entry around another body; a function's manners (binding, copies, pickling)
+    # --------------------------------------------------------------------------------------------
+
+    def with_body(self, body: Callable) -> PublicFunction:
+        """The same entry (static options, conversions, checks, replication) around ``body``.
+
+        ``body`` must take the same arguments; e.g. an instrumented copy of :attr:`body`,
+        ``entry.with_body(chex.assert_max_traces(entry.body, n=1))`` counts the traces of the
+        real call path.
+        """
+        return PublicFunction(body, **self._declared)
+
+    def __get__(self, instance, owner=None):
+        # As a function: an attribute of a class binds to the instance (and inspect and pydoc
+        # treat the entry as a routine: help() shows its signature and docstring).
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __reduce__(self):
+        # Pickled and copied as a function is: by its qualified name in its module.
+        return self.__qualname__
+
+    def __repr__(self) -> str:
+        return f"<credax public function {self.__module__}.{self.__qualname__}>"
+
+
 def jit_public(
     *,
     static_argnames: tuple[str, ...] = (),
     convert: Mapping[str, Callable] | None = None,
     check: Callable[[Mapping], None] | None = None,
     replicate: bool = False,
-    prepare: Callable[[dict, frozenset], None] | None = None,
     hints: Mapping[str, str] | None = None,
-):
-    """Decorator for public functions: ``jax.jit`` with static options, host work before tracing.
+) -> Callable[[Callable], PublicFunction]:
+    """Decorator for public functions: the body becomes a :class:`PublicFunction`.
 
     Args:
       static_argnames: options that change the program (strings, bools, shapes).
@@ -272,89 +461,18 @@ def jit_public(
         arguments pass through: optional groupings). When given, every array argument sharded over
         Explicit mesh axes is replicated first — only functions that scatter rows into per-group
         tables need it; row-wise functions (turn scans, losses) keep their batch sharding.
-      check: called with the bound arguments (defaults applied) before anything else; raises on a
+      check: called with the bound arguments (defaults applied) before tracing; raises on a
         concrete value out of range (see :func:`concrete_float`).
       replicate: replicate Explicit-mesh-sharded array arguments even without ``convert``: for
         functions whose gathers, scatters or scan carries cannot resolve an explicit sharding
         (turn scans, role tables, judge windows, per-turn token reductions). Their inputs are
         ``[B, K]`` turn tensors or one ``[B, T]`` reduction, small next to the loss's.
-      prepare: called after ``check`` with the bound arguments (a dict it may rewrite, e.g. fold
-        several keywords into one options object) and the names the caller passed explicitly;
-        the compiled function is then called with the rewritten arguments.
       hints: ``{keyword: sentence}`` added to the ``TypeError`` of an unknown keyword (e.g. the
-        normalisation fields, which are passed as one ``normalization=`` value). Every unknown
-        keyword is refused by name before JAX sees it (JAX would report a non-array argument).
-
-    The wrapper keeps ``jitted`` (the compiled entry, for benchmarks that measure compilation),
-    ``lower`` (``jitted.lower`` on the arguments as the public call checks and rewrites them) and
-    ``public_options`` (these five arguments), so a test can rebuild the same entry around an
-    instrumented body, e.g. ``chex.assert_max_traces(fn.__wrapped__, n=1)``.
+        normalisation fields, which are passed as one ``normalization=`` value).
     """
-    convert = dict(convert or {})
-    hints = dict(hints or {})
 
-    def decorate(fn):
-        jitted = jax.jit(fn, static_argnames=static_argnames)
-        signature = inspect.signature(fn)
-        params = list(signature.parameters)
-        positions = {name: params.index(name) for name in convert if name in params}
-        # Converted arguments (ids, densified exactly on the host) and static options are not
-        # narrowed by JAX: no float32 / int32 range check for them.
-        exact = frozenset(convert) | frozenset(static_argnames)
-        bind = _binder(signature)
-        names = frozenset(params)
-
-        def refuse_unknown(kwargs) -> None:
-            for name in kwargs.keys() - names:
-                hint = f" {hints[name]}" if name in hints else ""
-                raise TypeError(f"{fn.__name__}() got an unexpected keyword argument "
-                                f"{name!r}.{hint}")
-
-        def arguments(args, kwargs):
-            """The public call's checks and rewrites: what ``jitted`` is called with."""
-            if not kwargs.keys() <= names:
-                refuse_unknown(kwargs)
-            for name, value in zip(params, args, strict=False):  # before jit's generic error
-                _checks.reject_torch(value, name, fn.__name__)
-                if name not in exact:
-                    _checks.check_host_range(value, name)
-            for name, value in kwargs.items():
-                _checks.reject_torch(value, name, fn.__name__)
-                if name not in exact:
-                    _checks.check_host_range(value, name)
-            if check is not None or prepare is not None:
-                bound, passed = bind(args, kwargs)
-                if check is not None:
-                    check(bound.arguments)
-                if prepare is not None:
-                    prepare(bound.arguments, passed)
-                    args, kwargs = bound.args, bound.kwargs
-            if static_argnames:
-                args, kwargs = _static_python(params, static_argnames, args, kwargs)
-            if positions or replicate:
-                args = [_replicate_tree(v) for v in args]
-                kwargs = {k: _replicate_tree(v) for k, v in kwargs.items()}
-                for name, pos in positions.items():
-                    if pos < len(args):
-                        if args[pos] is not None:
-                            args[pos] = convert[name](args[pos])
-                    elif kwargs.get(name) is not None:
-                        kwargs[name] = convert[name](kwargs[name])
-            return args, kwargs
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            args, kwargs = arguments(args, kwargs)
-            return jitted(*args, **kwargs)
-
-        def lower(*args, **kwargs):
-            args, kwargs = arguments(args, kwargs)
-            return jitted.lower(*args, **kwargs)
-
-        wrapper.jitted = jitted
-        wrapper.lower = lower  # as jax.jit's .lower, but with the public call's checks and rewrites
-        wrapper.public_options = dict(static_argnames=static_argnames, convert=convert, check=check,
-                                      replicate=replicate, prepare=prepare)
-        return wrapper
+    def decorate(body: Callable) -> PublicFunction:
+        return PublicFunction(body, static_argnames=static_argnames, convert=convert, check=check,
+                              replicate=replicate, hints=hints)
 
     return decorate

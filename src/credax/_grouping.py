@@ -9,6 +9,7 @@ decorator of every function that takes ``group_ids``. The statistics themselves 
 
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple
 
 import jax
@@ -40,8 +41,13 @@ def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: b
     convert = {"group_ids": groups, "normalization": as_normalization}
     if anchors:
         convert["anchor_ids"] = host_state_ids
-    return _api.jit_public(static_argnames=static_argnames, convert=convert, check=check,
-                           hints=MOVED_TO_NORMALIZATION)
+
+    def decorate(body):
+        declared = {k: v for k, v in convert.items() if k in inspect.signature(body).parameters}
+        return _api.jit_public(static_argnames=static_argnames, convert=declared, check=check,
+                               hints=MOVED_TO_NORMALIZATION)(body)
+
+    return decorate
 
 
 def normalization_or(given: Normalization | None, default: Normalization | None = None

@@ -154,6 +154,14 @@ class Normalization:
         options reach an estimator only through ``normalization=``."""
         return {k: getattr(self, k) for k in NORMALIZE_KEYS}
 
+    def __eq__(self, other) -> bool:
+        # Equal fields, equal options (as the mapping it used to be); unhashable, like a dict.
+        if not isinstance(other, Normalization):
+            return NotImplemented
+        return self.asdict() == other.asdict()
+
+    __hash__ = None
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in NORMALIZE_KEYS)
         return f"Normalization({fields})"

@@ -282,7 +282,7 @@ _GROUP_AS_IDS = frozenset({"validate_turns"})
 # at once, under its own name (tests/test_torch.py checks each one against credax).
 _BRIDGED = sorted(
     name for name in credax.__all__
-    if inspect.isfunction(getattr(credax, name)) and name not in JAX_ONLY | HOST_SIDE
+    if inspect.isroutine(getattr(credax, name)) and name not in JAX_ONLY | HOST_SIDE
 )
 for _name in _BRIDGED:
     globals()[_name] = _bridge(getattr(credax, _name), group_as_ids=_name in _GROUP_AS_IDS)

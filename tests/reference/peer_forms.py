@@ -214,3 +214,72 @@ def verl_entropy_from_logits(logits):
     lse = (top + np.log(np.exp(z - top).sum(-1, keepdims=True)))[..., 0]
     p = np.exp(z - lse[..., None])
     return lse - (p * z).sum(-1)
+
+
+def verl_policy_loss(logp, old, adv, mask, ref, *, kl_coef, gspo=False, clip=0.2, clip_c=3.0):
+    """verl ``compute_policy_loss_vanilla`` (token) or ``compute_policy_loss_gspo`` surrogate,
+    ``agg_loss`` token-mean / seq-mean-token-mean, ``kl_penalty`` k3 KL loss (core_algos.py)."""
+    a = np.broadcast_to(adv[:, None], logp.shape)
+    m = mask.astype(np.float64)
+    if gspo:
+        n = np.maximum(m.sum(-1), 1)
+        seq = (((logp - old) * m).sum(-1) / n)[:, None]
+        log_r = np.minimum(seq + 0 * logp, 10.0)  # value of sg(s) + logp - sg(logp)
+    else:
+        log_r = np.clip(logp - old, -20, 20)
+    r = np.exp(log_r)
+    l1, l2 = -a * r, -a * np.clip(r, 1 - clip, 1 + clip)
+    c1 = np.maximum(l1, l2)
+    loss_tok = c1 if gspo else np.where(a < 0, np.minimum(-a * clip_c, c1), c1)
+    kl = np.clip(ref - logp, -20, 20)
+    kld = np.clip(np.exp(kl) - kl - 1, -10, 10)
+
+    def agg(v):
+        if gspo:  # seq-mean-token-mean over non-empty rows
+            rows = m.sum(-1)
+            per = (v * m).sum(-1) / (rows + 1e-8)
+            return per[rows > 0].sum() / (rows > 0).sum()
+        return (v * m).sum() / m.sum()
+
+    return agg(loss_tok) + kl_coef * agg(kld)
+
+
+def verl_gspo_grad(logp, old, adv, mask, *, clip=0.2):
+    """GSPO's gradient is that of the GSPO-token form (sg on the sequence ratio), which finite
+    differences of the value cannot see: d/dlogp_t = -A·s_b (unclipped) / (n_b · S)."""
+    m = mask.astype(np.float64)
+    n = m.sum(-1)
+    seq = ((logp - old) * m).sum(-1) / np.maximum(n, 1)
+    s = np.exp(np.minimum(seq, 10.0))
+    a = adv
+    l1, l2 = -a * s, -a * np.clip(s, 1 - clip, 1 + clip)
+    unclipped = l1 >= l2
+    rows = (n > 0).sum()
+    per_token = np.where(unclipped, -a * s, 0.0)[:, None] / np.maximum(n, 1)[:, None] / rows
+    return per_token * m
+
+
+def trl_policy_loss(logp, old, adv, mask, ref, *, loss_type, beta, bias_kl=True, eps=0.2,
+                    max_len=None, level="token", delta=None):
+    """TRL 1.16 ``_compute_loss`` (``use_bias_correction_kl`` defaults to True there);
+    ``max_len``: ``max_completion_length`` of ``dr_grpo`` (default: ``logp``'s length)."""
+    a = adv[:, None]
+    m = mask.astype(np.float64)
+    log_ratio = logp - old
+    if level == "sequence":
+        log_ratio = ((log_ratio * m).sum(-1) / np.maximum(m.sum(-1), 1.0))[:, None]
+    coef_1 = np.exp(log_ratio)
+    coef_2 = np.clip(coef_1, 1 - eps, 1 + eps)
+    capped = coef_1 if delta is None else np.minimum(coef_1, delta)  # TRL: torch.clamp(max=delta)
+    ptl = -np.minimum(capped * a, coef_2 * a)
+    kl = np.exp(ref - logp) - (ref - logp) - 1
+    if bias_kl:
+        kl = kl * coef_1
+    ptl = ptl + beta * kl
+    if loss_type == "grpo":
+        return ((ptl * m).sum(-1) / np.maximum(m.sum(-1), 1.0)).mean()
+    if loss_type == "bnpo":
+        return (ptl * m).sum() / max(m.sum(), 1.0)
+    if loss_type == "dr_grpo":
+        return (ptl * m).sum() / (ptl.shape[0] * (ptl.shape[1] if max_len is None else max_len))
+    return (ptl * m).sum() / max(m.sum(), 1.0)  # dapo, one process, num_items = local tokens

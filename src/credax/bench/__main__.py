@@ -37,12 +37,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | None = None):
+def parse_args(argv, prog: str = "python -m credax.bench", default_out: Path | None = None,
+               presets: dict | None = None):
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    p.add_argument("--preset", choices=PRESETS, default="default",
-                   help="sizes and timing budget: quick (toy, CI), default (CPU sizes), targets "
-                        "(only the sizes the targets are read at), gpu (accelerator sizes, the "
-                        "whole run under 5 minutes on one GPU)")
+    extra = "".join(f", {name} ({what})" for name, (_, _, what) in (presets or {}).items())
+    p.add_argument("--preset", choices=(*PRESETS, *(presets or {})), default="default",
+                   help="sizes and timing budget: quick (toy, CI), default (CPU sizes), gpu "
+                        f"(accelerator sizes, the whole run under 5 minutes on one GPU){extra}")
     p.add_argument("--quick", action="store_true", help="same as --preset quick")
     p.add_argument("--batch", type=_positive_int, default=None, help="B of the GRPO / TCPO cases and sweep")
     p.add_argument("--turns", type=_positive_int, default=None, help="K, turns per trajectory")
@@ -146,9 +147,18 @@ def _before_jax(args) -> str | None:
     return None
 
 
-def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path | None = None) -> int:
+def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path | None = None,
+         presets: dict | None = None, targets=None) -> int:
+    """Run the benchmark; ``presets`` and ``targets`` are for a caller's own goals.
+
+    ``presets``: ``{name: (shipped preset, {Config field: value}, help text)}``, presets of one's
+    own on top of the shipped ones. ``targets``: ``targets(cases, sweep) -> list[dict]``, goals
+    read from the run's records (``target``, ``measured``, ``op``, ``threshold``, ``met``, ...),
+    written to the JSON and as the report's Targets table. ``benchmarks/speed.py`` passes the
+    project's own (``benchmarks/targets.py``).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv, prog, default_out)
+    args = parse_args(argv, prog, default_out, presets)
     error = _before_jax(args)
     if error:
         print(f"ERROR: {error}", file=sys.stderr)
@@ -169,8 +179,12 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
         print(f"ERROR: --require {args.require}, but JAX's default backend is {backend!r} "
               f"(devices: {jax.devices()}). Install the matching jax (e.g. 'jax[cuda12]').")
         return 2
-    cfg = cases.make_config(args.preset, backend, args.reps, batch=args.batch, turns=args.turns,
-                            tokens=args.tokens, token_batch=args.token_batch,
+    base, fields = args.preset, None
+    if args.preset in (presets or {}):
+        base, fields, _ = presets[args.preset]
+        fields = {**fields, "preset": args.preset}
+    cfg = cases.make_config(base, backend, args.reps, fields=fields, batch=args.batch,
+                            turns=args.turns, tokens=args.tokens, token_batch=args.token_batch,
                             group_size=args.group_size)
     out_dir = args.out or (Path(tempfile.gettempdir()) / "credax-bench-quick" if cfg.quick
                            else Path("credax-bench"))
@@ -229,7 +243,7 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
         "sweep": sweep,
         "compile": sweep,  # the earlier key of the same records (notebooks read it)
         "not_timed": cases.NOT_TIMED,
-        "targets": cases.evaluate_targets(runner.cases, sweep),
+        "targets": [] if targets is None else targets(runner.cases, sweep),
         "skipped": runner.skipped,
         "failures": runner.failures,
     }

@@ -1,4 +1,4 @@
-"""What is timed: presets, synthetic data, the peer cases, the entry-point sweep, the targets.
+"""What is timed: presets, synthetic data, the peer cases, the entry-point sweep.
 
 Peer cases (credax against NumPy and, with torch installed, the torch implementations of
 :mod:`credax.bench.peers`, each checked against a float64 reference first):
@@ -24,6 +24,7 @@ the backend reports it.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ EPS = 1e-6
 TCPO_NORMALIZATION = dict(ddof=0, eps_mode="sqrt", eps=EPS, singleton="raw")
 TCPO_GAMMA = 0.9
 
-PRESETS = ("quick", "default", "targets", "gpu")
+PRESETS = ("quick", "default", "gpu")
 # LM-head shapes (B, T, D, V, chunk_size): the batch of sequences, their length, the hidden width,
 # the vocabulary and the positions per chunk (a chunk of logits is B x chunk x V). Each is 2.1e9
 # multiply-adds per GEMM, about 0.15 s for the floor on a quiet 2-CPU machine. A chunk holds 128
@@ -77,10 +78,13 @@ NOT_TIMED = {
 CASES = ("grpo", "tcpo", "triage", "loss", "lm_head", "sweep")
 
 
-def make_config(preset: str = "default", device: str = "cpu", reps: int | None = None,
-                **sizes: Any) -> Config:
+def make_config(preset: str = "default", device: str = "cpu", reps: int | None = None, *,
+                fields: dict[str, Any] | None = None, **sizes: Any) -> Config:
     """The sizes and timing budget of a preset, with any size given by the user in ``sizes``
-    (``batch``, ``turns``, ``tokens``, ``group_size``, ``token_batch``) replacing the preset's."""
+    (``batch``, ``turns``, ``tokens``, ``group_size``, ``token_batch``) replacing the preset's.
+
+    ``fields``: :class:`Config` fields that replace the preset's first (a preset of one's own built
+    on a shipped one, as ``benchmarks/targets.py``'s ``targets`` preset is on ``default``)."""
     if preset == "quick":
         cfg = Config(
             preset=preset, device=device, reps=reps or 7, min_sample_s=0.0005, impl_budget_s=2.0,
@@ -98,14 +102,6 @@ def make_config(preset: str = "default", device: str = "cpu", reps: int | None =
             lm_head=LM_HEAD_CPU,
             sweep=dict(B=4096, K=16, G=8, Bt=64, T=2048, M=4, LB=4, LT=256, V=2048, D=256),
         )
-    elif preset == "targets":  # exactly the sizes of the targets of evaluate_targets
-        cfg = Config(
-            preset=preset, device=device, reps=reps or 9, min_sample_s=0.02, impl_budget_s=40.0,
-            skip_call_s=60.0, grpo_sizes=[65536], tcpo_sizes=[(4096, 16)],
-            token_batch=512, token_lengths=[16384], num_turns=16, copy_mib=64,
-            lm_head=LM_HEAD_CPU,
-            sweep=dict(B=4096, K=16, G=8, Bt=64, T=2048, M=4, LB=4, LT=256, V=2048, D=256),
-        )
     elif preset == "gpu":  # sized for one accelerator, the whole run in well under 5 minutes
         cfg = Config(
             preset=preset, device=device, reps=reps or 9, min_sample_s=0.01, impl_budget_s=10.0,
@@ -117,6 +113,8 @@ def make_config(preset: str = "default", device: str = "cpu", reps: int | None =
         )
     else:
         raise ValueError(f"`preset` must be one of {list(PRESETS)}; got {preset!r}.")
+    if fields:
+        cfg = dataclasses.replace(cfg, **fields)
     if sizes.get("batch"):
         b = sizes["batch"]
         cfg.grpo_sizes = [b]
@@ -828,7 +826,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     labels = [["D", "E", "N", "R"][: 1 + i % 4] for i in range(min(b, 256))]
     add("parse_roles", credax.parse_roles, (labels,), (labels,), {"num_turns": 4}, jitted=None)
     covered = {e.fn for e in out}
-    missing = [n for n in credax.__all__ if inspect.isfunction(getattr(credax, n))
+    missing = [n for n in credax.__all__ if inspect.isroutine(getattr(credax, n))
                and getattr(credax, n) not in covered and n not in NOT_TIMED]
     if missing:  # a new public function must get a call-table entry: say so in the report
         print(f"NOTE: public functions without a sweep entry: {missing}")
@@ -875,88 +873,3 @@ def run_sweep(env: Env, cfg: Config, copy_bw: float | None, only: str = "",
             rec["persistent_cache"] = persistent_cache_first_call(z["B"], z["K"], z["G"])
         records.append(rec)
     return records
-
-
-# ------------------------------------------------------------------------------------------------
-# targets
-# ------------------------------------------------------------------------------------------------
-
-
-def _find(cases, case, **params):
-    for rec in cases:
-        if rec["case"] == case and all(rec["params"].get(k) == v for k, v in params.items()):
-            return rec
-    return None
-
-
-def evaluate_targets(cases: list[dict], sweep: list[dict]) -> list[dict]:
-    """Issue 18's targets, each a ratio from this one run (``None`` where its case did not run)."""
-    targets = []
-
-    def ratio(name, case, params, key, op, threshold):
-        rec = _find(cases, case, **params)
-        value = spread = None
-        if rec is not None and key in rec["ratios"]:
-            r = rec["ratios"][key]
-            value, spread = r["median"], [r["q25"], r["q75"]]
-        met = None if value is None else (value <= threshold if op == "<=" else value >= threshold)
-        # The threshold inside the middle half of the per-repetition ratios: this run's verdict
-        # is not a stable one (another run on the same host can give the other verdict).
-        unsettled = spread is not None and spread[0] <= threshold <= spread[1]
-        targets.append({"target": name, "case": case, "params": params, "ratio": key,
-                        "measured": value, "spread": spread, "unsettled": unsettled, "op": op,
-                        "threshold": threshold, "met": met})
-
-    t = {"B": 4096, "K": 16}
-    ratio("TCPO B=4096 K=16: torch turn loop / credax, contiguous layout (speed-up)", "tcpo", t,
-          "torch_turn_loop/credax_contiguous", ">=", 20.0)
-    ratio("TCPO B=4096 K=16: torch turn loop / credax in a jitted step, contiguous (speed-up)",
-          "tcpo", t, "torch_turn_loop/credax_contiguous_step", ">=", 20.0)
-    ratio("TCPO B=4096 K=16: torch turn loop / credax, raw ids (speed-up)", "tcpo", t,
-          "torch_turn_loop/credax_raw_ids", ">=", 5.0)
-    ratio("TCPO B=4096 K=16: torch turn loop / credax in a jitted step, raw ids (speed-up)",
-          "tcpo", t, "torch_turn_loop/credax_raw_ids_step", ">=", 5.0)
-    ratio("policy_loss 8M tokens: [B,K] turn advantages / [B,T] token advantages", "policy_loss",
-          {"T": 16384}, "turn_advantages/token_advantages", "<=", 1.25)
-    ratio("GRPO B=65536: credax (raw ids) / torch vectorised unique", "grpo", {"B": 65536},
-          "credax_raw_ids/torch_vectorized", "<=", 1.5)
-    ratio("GRPO B=65536: credax (Groups) / torch vectorised unique", "grpo", {"B": 65536},
-          "credax_groups/torch_vectorized", "<=", 1.0)
-    ratio("TRIAGE+broadcast 8M tokens: credax / copy floor", "triage_broadcast", {"T": 16384},
-          "credax_triage_broadcast/copy_floor", "<=", 2.5)
-    for vocab in (32768, 131072):
-        v = f"V={vocab // 1024}k"
-        for impl, what in (("credax_fused", "credax fused"), ("credax_chunked", "credax chunked")):
-            ratio(f"LM head {v}: {what} value_and_grad / the 3 LM-head GEMMs (matmul floor)",
-                  "lm_head", {"V": vocab}, f"{impl}/matmul_floor", "<=", 1.3)
-            ratio(f"LM head {v}: torch chunked (Liger style) / {what} (speed-up)", "lm_head",
-                  {"V": vocab}, f"torch_chunked/{impl}", ">=", 1.0)
-        rec = _find(cases, "lm_head", V=vocab)
-        for impl, what in (("credax_fused", "credax fused"), ("credax_chunked", "credax chunked"),
-                           ("credax_nnx_fused", "credax.nnx fused"), ("credax_nnx", "credax.nnx")):
-            mem = (rec or {}).get("memory", {}).get(impl, {})
-            value = mem.get("temp_chunks")
-            targets.append({"target": f"LM head {v}: {what} value_and_grad compiled temporaries, "
-                            "in chunks of logits", "case": "lm_head", "params": {"V": vocab},
-                            "measured": value, "op": "<=", "threshold": 2.0,
-                            "met": None if value is None else value <= 2.0,
-                            "without_unembedding_buffer": mem.get("temp_less_unembedding_chunks")})
-    tc = [r for r in sweep if r["fn"] == "tcpo_advantages"]
-    value = tc[0]["compile_total_s"] if tc else None
-    targets.append({"target": "compile of tcpo_advantages (trace + lower + XLA), seconds",
-                    "case": "sweep", "measured": value, "op": "<=", "threshold": 0.5,
-                    "met": None if value is None else value <= 0.5,
-                    "cpu_s": tc[0]["first_call_cpu_s"] if tc else None})
-    cached = tc[0].get("persistent_cache") if tc else None
-    targets.append({"target": "not a target, for the row above: first call of groups + "
-                    "tcpo_advantages in a new process with JAX's persistent compilation cache "
-                    "warm (trace + lower + cache load + run), seconds",
-                    "case": "sweep", "measured": None if cached is None
-                    else cached["warm_first_call_s"], "op": "(info)", "threshold": "",
-                    "met": None, "cold_first_call_s": None if cached is None
-                    else cached["cold_first_call_s"]})
-    recompiled = [r["fn"] for r in sweep if r["recompiled"]]
-    targets.append({"target": "no recompilation on a second call or a changed hyperparameter",
-                    "case": "sweep", "measured": recompiled, "op": "==", "threshold": [],
-                    "met": None if not sweep else not recompiled})
-    return targets

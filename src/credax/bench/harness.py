@@ -504,11 +504,16 @@ def persistent_cache_first_call(batch: int, turns: int, group_size: int) -> dict
 
 def compiled_memory(jitted, *args, **kwargs) -> dict | None:
     """XLA's own accounting of one compiled program: bytes accessed (cost analysis) and the
-    argument / output / temporary buffer sizes (memory analysis). ``None`` where unavailable."""
-    try:
-        compiled = jitted.lower(*args, **kwargs).compile()
-    except Exception:  # pragma: no cover - host functions, exotic backends
-        return None
+    argument / output / temporary buffer sizes in bytes (memory analysis; ``temp_size_in_bytes``
+    is the scratch of the whole program, arguments and outputs excluded). ``None`` where the
+    backend reports neither.
+
+    The one place credax measures compiled memory: the benchmark's cases and sweep, the memory
+    tests and ``benchmarks/memory.py`` call it. ``jitted`` is anything with ``.lower`` (a
+    ``jax.jit`` function, a public credax function); ``args`` may be ``jax.ShapeDtypeStruct``
+    (lowering and compiling need no data, so a large shape costs seconds and no memory).
+    """
+    compiled = jitted.lower(*args, **kwargs).compile()
     out: dict[str, Any] = {}
     try:
         cost = compiled.cost_analysis()

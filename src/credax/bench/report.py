@@ -136,12 +136,13 @@ def render_markdown(data: dict) -> str:
             lines.append(f"- {r['fn']}: {len(ks)} events, {fmt_time(sum(k['us'] for k in ks) * 1e-6)}"
                          f" in all; {top}")
         lines.append("")
-    lines += ["**Targets** (a ratio is the median of the per-repetition ratios; in brackets the "
-              "middle half of them, and \"unsettled\" where the goal lies inside it: another run "
-              "can give the other verdict)", "", "| target | measured | goal | met |",
-              "|---|---|---|---|"]
-    for t in data["targets"]:
-        shown = _target_value(t)
+    if data.get("targets"):  # goals a caller passed (`main(targets=...)`: benchmarks/targets.py)
+        lines += ["**Targets** (a ratio is the median of the per-repetition ratios; in brackets "
+                  "the middle half of them, and \"unsettled\" where the goal lies inside it: "
+                  "another run can give the other verdict)", "", "| target | measured | goal | met |",
+                  "|---|---|---|---|"]
+    for t in data.get("targets", []):
+        shown = target_value(t)
         goal = f"{t['op']} {t['threshold']}"
         met = {True: "yes", False: "**no**", None: "—"}[t["met"]]
         if t.get("unsettled"):
@@ -284,7 +285,7 @@ def load_label(load_average: list[float] | None) -> str:
     return f"load average {load_average[0]:.1f} at start: a job was running or had just ended"
 
 
-def _target_value(t: dict) -> str:
+def target_value(t: dict) -> str:
     """A target's measured value as the tables show it: ``1.91× [1.62–2.20]`` for a ratio with
     its per-repetition spread (runs written before the spread was recorded have none)."""
     v = t["measured"]
@@ -299,52 +300,3 @@ def _target_value(t: dict) -> str:
     if v is None:
         return "not run"
     return str(v) or "none"
-
-
-def targets_markdown(runs: dict[str, dict]) -> str:
-    """The targets of several runs side by side (e.g. with and without huge pages), with the
-    roofline fractions of TCPO and of the broadcast and each run's command and machine state."""
-    labels = list(runs)
-    first = next(iter(runs.values()))
-    lines = ["| target | goal | " + " | ".join(labels) + " |",
-             "|---|---|" + "---|" * len(labels)]
-    for i, t in enumerate(first["targets"]):
-        cells = []
-        for label in labels:
-            run = runs[label]["targets"][i]
-            met = run["met"]
-            cells.append(_target_value(run) + ("" if met is None else (" ✓" if met else " ✗"))
-                         + (" unsettled" if run.get("unsettled") else ""))
-        lines.append(f"| {t['target']} | {t['op']} {t['threshold']} | " + " | ".join(cells) + " |")
-    lines += ["", "A ratio is the median of the run's per-repetition ratios; in brackets the middle "
-              "half of them (25th–75th percentile), and \"unsettled\" where the goal lies inside "
-              "that range: another run on the same host can give the other verdict."]
-    lines += ["", "| roofline (bytes of inputs + outputs / time / device copy) | "
-              + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-    rows = [("tcpo", {"B": 4096, "K": 16}, n) for n in
-            ("credax_contiguous", "credax_raw_ids", "credax_contiguous_step", "output_floor")]
-    rows += [("triage_broadcast", {"T": 16384}, n) for n in ("credax_broadcast", "copy_floor")]
-    for case, params, name in rows:
-        cells = []
-        for label in labels:
-            rec = next((c for c in runs[label]["cases"] if c["case"] == case and all(
-                c["params"].get(k) == v for k, v in params.items())), None)
-            r = None if rec is None else rec["results"].get(name)
-            cells.append("—" if r is None or "roofline_fraction" not in r else
-                         f"{r['roofline_fraction']:.2f} ({fmt_bytes(r['bytes_moved'])} in "
-                         f"{fmt_time(r['median_s'])})")
-        lines.append(f"| {case} {', '.join(f'{k}={v}' for k, v in params.items())} {name} | "
-                     + " | ".join(cells) + " |")
-    lines.append("")
-    for label in labels:
-        d = runs[label]
-        m = d["meta"]["machine"]
-        cb = d["copy_bandwidth"]
-        tunables = d["meta"]["env"].get("GLIBC_TUNABLES")
-        lines.append(f"- {label}: `{d['meta']['command']}` at {d['meta']['date']}"
-                     f"{', GLIBC_TUNABLES=' + tunables if tunables else ', no glibc tunables'}; "
-                     f"{m['nproc']} CPUs ({m['cpu_model']}), load average "
-                     f"{', '.join(f'{x:.1f}' for x in m['load_average'] or [])} at start "
-                     f"({load_label(m['load_average'])}); device copy {cb['bytes_per_s'] / 1e9:.2f} "
-                     "GB/s.")
-    return "\n".join(lines) + "\n"

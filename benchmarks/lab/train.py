@@ -282,12 +282,12 @@ class Runner:
     each method's credit code once, applied to its static slice; the true-advantage control,
     whose per-turn branch rollouts are hot, has its own program), and the optimisation epochs of
     every instance (hot, the epochs a ``lax.scan``). The held-out evaluation and the credit lab
-    (``lab.py``) run on all instances at once; at step 0 every method's instances hold the same
+    (``checkpoint.py``) run on all instances at once; at step 0 every method's instances hold the same
     initial parameters and keys, so the lab's step-0 batch is the same for all of them.
     """
 
     def __init__(self, cfg: Config, methods: tuple[Method, ...]):
-        from . import lab
+        from . import checkpoint
 
         self.cfg, self.methods = cfg, tuple(methods)
         # Seconds (wall, this thread, results waited for) per phase: where the run's time goes.
@@ -341,7 +341,7 @@ class Runner:
             return evaluate(model, targets, key, cfg.eval_repeats)
 
         self.evaluate = sampling(jax.vmap(ev, in_axes=(0, 0, None)))
-        self.lab_core = sampling(jax.vmap(lambda st, c, k: lab.core(gd, st, c, k, cfg)))
+        self.lab_core = sampling(jax.vmap(lambda st, c, k: checkpoint.core(gd, st, c, k, cfg)))
 
     # --- driving the programs ----------------------------------------------------------------
 
@@ -362,9 +362,9 @@ class Runner:
         return adv
 
     def lab(self, states, keys, *, shared: bool = False) -> dict:
-        """The credit lab on every instance's own policy: ``{method name: lab.LabBatch}``.
+        """The credit lab on every instance's own policy: ``{method name: checkpoint.LabBatch}``.
         ``shared``: every method's instances hold the same parameters (step 0)."""
-        from . import lab
+        from . import checkpoint
 
         S = states_leading(states) // len(self.methods)
         ctx = self.roll(states, keys, self.train_pool)
@@ -392,7 +392,7 @@ class Runner:
             if m in extra:
                 group, credit = extra[m]
                 rows += [(d.name, credit[j]) for j, d in enumerate(group)]
-            out[m] = lab.assemble(core, rows)
+            out[m] = checkpoint.assemble(core, rows)
             del core
         return out
 

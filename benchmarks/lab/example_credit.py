@@ -1,6 +1,6 @@
 """An example of scoring your own credit method in the lab (the guide's "Score your own method").
 
-    python -m benchmarks.quality --credit benchmarks/quality/example_credit.py:progress_credit --tasks refine
+    python -m benchmarks.lab --credit benchmarks/lab/example_credit.py:progress_credit --tasks refine
 
 A credit method is a function ``(ctx, settings) -> f32[B, K]``: ``ctx`` is the rollout batch
 (``methods.Context``: ``ctx.rollout.scores`` / ``turn_mask`` / ``roles`` / ``anchors``,

@@ -172,7 +172,7 @@ def plot_credit(path: pathlib.Path, record: dict) -> None:
 
 def plot_predictive(path: pathlib.Path, record: dict) -> None:
     """Per credit metric at step 0, its rank correlation across methods with final success (and
-    return), per task, with the 95% bootstrap interval over seeds (``lab.metric_vs_learning``)."""
+    return), per task, with the 95% bootstrap interval over seeds (``checkpoint.metric_vs_learning``)."""
     from .tables import PREDICTIVE_LABELS
 
     tasks = [t for t in record["tasks"].values() if "predictive" in t["lab"]]

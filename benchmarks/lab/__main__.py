@@ -1,10 +1,10 @@
 """The credit lab: train every credit method on two tasks and measure its credit against the truth.
 
-    python -m benchmarks.quality            # make demo: both tasks, every method + 2 controls, 5 seeds
-    python -m benchmarks.quality --full     # 10 seeds, longer training
-    python -m benchmarks.quality --tiny     # seconds: a smoke run (CI)
-    python -m benchmarks.quality --preset oracle   # the true-advantage ceiling at N = 1, 4, 16
-    python -m benchmarks.quality --credit mymodule:my_credit --tasks refine   # score your method
+    python -m benchmarks.lab            # make demo: both tasks, every method + 2 controls, 5 seeds
+    python -m benchmarks.lab --full     # 10 seeds, longer training
+    python -m benchmarks.lab --tiny     # seconds: a smoke run (CI)
+    python -m benchmarks.lab --preset oracle   # the true-advantage ceiling at N = 1, 4, 16
+    python -m benchmarks.lab --credit mymodule:my_credit --tasks refine   # score your method
 
 Writes ``<out>/lab.json`` (per task: config, held-out metrics per method with bootstrap
 intervals over seeds, learning curves, and at each checkpoint the ground-truth quality, every
@@ -30,8 +30,8 @@ import time
 import jax
 import numpy as np
 
+from . import checkpoint, report, tables
 from . import env as E
-from . import lab, report, tables
 from . import metrics as X
 from . import refine as R
 from .methods import BASELINES, DIAGNOSTICS, METHODS, VARIANTS
@@ -184,9 +184,9 @@ def task_record(name, cfg, methods, runs) -> dict:
         credit, roles = {}, {}
         for m in methods:
             lb = runs[m.name].labs[step]  # the method's own policy at this checkpoint
-            per = lab.method_metrics(lb, lb.index(m.name))
+            per = checkpoint.method_metrics(lb, lb.index(m.name))
             credit[m.name] = {"label": labels[m.name], **{k: X.summarize(v) for k, v in per.items()}}
-            roles[m.name] = lab.role_metrics(lb, lb.index(m.name))
+            roles[m.name] = checkpoint.role_metrics(lb, lb.index(m.name))
         record["lab"]["credit"][st] = credit
         record["lab"]["roles"][st] = roles
         # TCPO's parts and switched readings, measured on TCPO + hindsight's own policy; the
@@ -197,29 +197,29 @@ def task_record(name, cfg, methods, runs) -> dict:
             lb = runs[host].labs[step]
             rows = {}
             for i, n in enumerate(lb.names[1:], start=1):
-                per = lab.method_metrics(lb, i)
+                per = checkpoint.method_metrics(lb, i)
                 rows[n] = {"label": every[n].label, "policy": host,
                            **{k: X.summarize(v) for k, v in per.items()}}
             record["lab"].setdefault(key, {})[st] = rows
         ref = runs["grpo" if grpo is not None else methods[0].name].labs[step]
-        gt = lab.ground_truth_quality(ref)
+        gt = checkpoint.ground_truth_quality(ref)
         record["lab"]["ground_truth"][st] = {
             "policy": "grpo" if step else "initial",
             "branches": cfg.lab_branches, "pairs_requested": cfg.lab_pairs,
             **{k: X.summarize(v) for k, v in gt.items()},
         }
         if grpo is not None:
-            tri = lab.triage_metrics(ref, ref.index("grpo"), lam=cfg.settings.triage_lam)
+            tri = checkpoint.triage_metrics(ref, ref.index("grpo"), lam=cfg.settings.triage_lam)
             record["lab"]["triage"][st] = {
                 k: {"label": v["label"], **{q: X.summarize(v[q]) for q in v if q != "label"}}
                 for k, v in tri.items()
             }
     if "0" in record["lab"]["credit"] and len(methods) >= 3:
         controls = [m.name for m in methods if m.control]
-        record["lab"]["predictive"] = lab.metric_vs_learning(record, controls)
+        record["lab"]["predictive"] = checkpoint.metric_vs_learning(record, controls)
         # The same without the methods that add a hand-set bonus (they can win by shaping):
         # does credit accuracy predict learning among the methods that only estimate credit?
-        record["lab"]["predictive_no_bonus"] = lab.metric_vs_learning(
+        record["lab"]["predictive_no_bonus"] = checkpoint.metric_vs_learning(
             record, controls + [m.name for m in methods if m.bonus])
     record["kinds"] = {m.name: {"unbiased": m.unbiased, "control": m.control, "bonus": m.bonus,
                                 "oracle": m.oracle} for m in methods}
@@ -227,7 +227,7 @@ def task_record(name, cfg, methods, runs) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="10 seeds, 400 steps")
     size.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (CI)")
@@ -317,7 +317,7 @@ def main(argv=None) -> int:
               "note": "process CPU time (user+sys) of the whole run, compilation included; "
                       "compile_wall_s: XLA backend compilation, wall seconds summed over "
                       "programs (the two task threads compile concurrently)"}
-    command = "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.lab " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.raw:  # the training run's timing and command travel with its pickles (--from-raw keeps them)
         saved = pathlib.Path(args.raw) / "timing.json"
         if args.from_raw and saved.exists():
