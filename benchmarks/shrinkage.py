@@ -97,7 +97,8 @@ def against_true_advantage(sd_action: float, sd_rest: float, *, num_prompts: int
     groups = credax.groups(ids, num_groups=num_prompts)
 
     def estimators(x):
-        return {"dr_grpo": credax.grpo_advantages(x, groups, normalization=credax.Normalization(scale="none")),
+        centred = credax.Normalization(scale="none")
+        return {"dr_grpo": credax.grpo_advantages(x, groups, normalization=centred),
                 "shrinkage": credax.shrinkage_advantages(x, groups),
                 "rloo": credax.rloo_advantages(x, groups),
                 "shrinkage_loo": credax.shrinkage_advantages(x, groups, leave_one_out=True),

@@ -178,7 +178,6 @@ def _entry():
 
 
 def test_entry_attributes_are_the_body_s():
-    import inspect
 
     entry, body, _ = _entry()
     assert entry.body is body and entry.__wrapped__ is body
@@ -360,7 +359,6 @@ def _public_signatures():
 def _calls(sig):
     """Call patterns for a signature, with sentinel values: every required argument positionally
     and by keyword, and each optional one added by keyword (or positionally where it can be)."""
-    import inspect
 
     params = list(sig.parameters.values())
     positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
@@ -392,7 +390,6 @@ def test_fast_binding_equals_signature_bind_for_every_public_function():
 
 
 def test_fast_binding_leaves_bad_calls_to_python_with_its_own_error():
-    import inspect
 
     def f(x, group_ids=None, *, eps=1.0):
         return x
@@ -411,7 +408,6 @@ def test_fast_binding_leaves_bad_calls_to_python_with_its_own_error():
 def test_fast_binding_after_dropped_keywords_is_as_inspect_s():
     # Bound arguments a caller edits (pops keywords from): args / kwargs then hold what is left,
     # exactly as inspect.BoundArguments would.
-    import inspect
 
     def f(x, g, mask=None, *, eps=1.0, scale="group", normalization=None):
         return x

@@ -143,9 +143,9 @@ def gigpo_advantages(
     defaults of :class:`credax.Normalization`; ``normalization=`` changes both levels);
     ``Normalization(scale="none")`` (GiGPO's ``mean_norm``) only subtracts the mean, at both
     levels. Degenerate groups: an anchor group of one step, or whose returns are all equal, gives
-    step advantage exactly ``0`` (GiGPO's rule); an episode group of one trajectory gives episode advantage ``0``
-    and a zero-spread one gives ``0`` (credax's ``group_normalize`` defaults). Trajectories with no
-    valid turn (padding rows) take no part in any statistic.
+    step advantage exactly ``0`` (GiGPO's rule); an episode group of one trajectory gives episode
+    advantage ``0`` and a zero-spread one gives ``0`` (credax's ``group_normalize`` defaults).
+    Trajectories with no valid turn (padding rows) take no part in any statistic.
 
     Args:
       outcome_rewards: ``float[B]`` episode reward ``R_i`` of each trajectory.
