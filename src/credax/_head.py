@@ -21,7 +21,13 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import jit_public
-from ._logprobs import _check_logprobs_args, _check_tokens, _inverse_temperature, _scaled
+from ._logprobs import (
+    _check_logprobs_args,
+    _check_tokens,
+    _inverse_temperature,
+    _scaled,
+    check_hidden_and_unembedding,
+)
 from ._losses import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -167,7 +173,11 @@ def _fused_bwd(statics, residuals, cotangent):
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-@jit_public(static_argnames=_STATIC, check=_check_args)
+# replicate=True: under Explicit mesh axes the chunked scan's selects cannot resolve a batch-sharded
+# operand against its unsharded carries (ShardingTypeError, tests/test_multidevice.py); the inputs
+# are gathered first, which costs the data parallelism of this call there. Auto (GSPMD) shardings
+# and single-device arrays pass unchanged (credax._api.replicate_explicit).
+@jit_public(static_argnames=_STATIC, check=_check_args, replicate=True)
 def policy_loss_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],
@@ -236,9 +246,10 @@ def policy_loss_from_hidden(
       chunk_size: static; positions per chunk (``None``: one chunk of the whole sequence).
       temperature: optional sampling temperature ``T > 0`` (may be traced), as in
         :func:`token_logprobs_from_hidden`.
-      clip_low, clip_high, dual_clip, ratio_cap, agg, normalizer, ref_logp, kl_coef,
-        kl_estimator, token_turn, rollout_logp, rollout_is, rollout_is_threshold,
-        log_ratio_clamp, kl_clamp, kl_ratio_weight: as in :func:`policy_loss`.
+      clip_low, clip_high, dual_clip, ratio_cap, agg, normalizer: as in :func:`policy_loss`.
+      ref_logp, kl_coef, kl_estimator, token_turn, rollout_logp: as in :func:`policy_loss`.
+      rollout_is, rollout_is_threshold, log_ratio_clamp, kl_clamp, kl_ratio_weight: as in
+        :func:`policy_loss`.
       ratio: only ``"token"``: GSPO's sequence ratio couples a row's tokens, so no token's
         gradient is known before the whole row is; use the two-call composition for it.
       entropy, entropy_coef: not supported (an entropy bonus needs the entropy's own gradient
@@ -291,18 +302,8 @@ def policy_loss_from_hidden(
             "entropy's gradient to the logits): use token_logprobs_from_hidden(..., "
             "with_entropy=True) and policy_loss(..., entropy=..., entropy_coef=...).")
 
-    hidden = _checks.as_float_array(hidden, "hidden")
-    _checks.check_ndim(hidden, "hidden", 3, "[B, T, D]")
-    unembedding = _checks.as_float_array(unembedding, "unembedding")
-    _checks.check_ndim(unembedding, "unembedding", 2, "[D, V]")
-    batch, length, dim = hidden.shape
-    if unembedding.shape[1] == 0:
-        raise ValueError(f"`unembedding` must have a vocabulary axis V >= 1; got shape "
-                         f"{unembedding.shape}.")
-    if unembedding.shape[0] != dim:
-        raise ValueError(
-            f"`unembedding` must have shape [D, V] with D={dim} (the last axis of `hidden`); "
-            f"got {unembedding.shape}.")
+    hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
+    batch, length, _ = hidden.shape
     shape = (batch, length)
     tokens = _check_tokens(tokens, shape)
     mask = _checks.as_mask(mask, "mask", shape)

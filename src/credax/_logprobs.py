@@ -382,6 +382,24 @@ def token_entropy(
     return out if mask is None else _checks.select(mask, out)
 
 
+def check_hidden_and_unembedding(hidden, unembedding) -> tuple[jax.Array, jax.Array]:
+    """``hidden [B, T, D]`` and ``unembedding [D, V]`` as float arrays, ``V >= 1`` and the ``D`` of
+    both equal (the checks of every function from hidden states), named in the errors."""
+    hidden = _checks.as_float_array(hidden, "hidden")
+    _checks.check_ndim(hidden, "hidden", 3, "[B, T, D]")
+    unembedding = _checks.as_float_array(unembedding, "unembedding")
+    _checks.check_ndim(unembedding, "unembedding", 2, "[D, V]")
+    dim = hidden.shape[2]
+    if unembedding.shape[1] == 0:
+        raise ValueError(f"`unembedding` must have a vocabulary axis V >= 1; got shape "
+                         f"{unembedding.shape}.")
+    if unembedding.shape[0] != dim:
+        raise ValueError(
+            f"`unembedding` must have shape [D, V] with D={dim} (the last axis of `hidden`); "
+            f"got {unembedding.shape}.")
+    return hidden, unembedding
+
+
 @jit_public(static_argnames=("chunk_size", "with_entropy"), check=_check_logprobs_args)
 def token_logprobs_from_hidden(
     hidden: Float[Array, "B T D"],
@@ -448,19 +466,8 @@ def token_logprobs_from_hidden(
       2411.09009); here expressed with ``lax.scan`` + ``jax.checkpoint`` so XLA needs no custom
       kernel.
     """
-    hidden = _checks.as_float_array(hidden, "hidden")
-    _checks.check_ndim(hidden, "hidden", 3, "[B, T, D]")
-    unembedding = _checks.as_float_array(unembedding, "unembedding")
-    _checks.check_ndim(unembedding, "unembedding", 2, "[D, V]")
-    batch, length, dim = hidden.shape
-    if unembedding.shape[1] == 0:
-        raise ValueError(f"`unembedding` must have a vocabulary axis V >= 1; got shape "
-                         f"{unembedding.shape}.")
-    if unembedding.shape[0] != dim:
-        raise ValueError(
-            f"`unembedding` must have shape [D, V] with D={dim} (the last axis of `hidden`); "
-            f"got {unembedding.shape}."
-        )
+    hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
+    batch, length, _ = hidden.shape
     tokens = _check_tokens(tokens, (batch, length))
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", (batch, length))

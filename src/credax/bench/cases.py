@@ -806,7 +806,8 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     for name, c in (("grpo_advantages (contiguous)", grpo), ("tcpo_advantages (contiguous)", tcpo)):
         (x1, kw), (x2, _) = c.args(d1._replace(group_ids=c1)), c.args(d2._replace(group_ids=c1))
         add(name, getattr(credax, c.name), x1, x2, {**kw, **c.tuning[0]}, c.tuning[1])
-    add("groups (raw ids)", credax.groups, (put(ids1),), (put(ids2),))  # groups.jitted: the hashing
+    add("groups (raw ids)", credax.groups, (put(ids1),), (put(ids2),),
+        jitted=credax.groups.jitted)  # the hashing program (groups is a host function around it)
     order1, order2 = np.argsort(ids1, kind="stable"), np.argsort(ids2, kind="stable")
     add("groups (contiguous, host ids)", credax.groups, (ids1[order1],), (ids2[order2],),
         {"layout": "contiguous", "group_size": g_size}, jitted=None)

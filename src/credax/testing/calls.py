@@ -295,6 +295,11 @@ def _old_logp(b):
     return 0.9 * b.logp
 
 
+def _uniform_logp(b):
+    """Old log-probs of a uniform sampler over the unembedding's vocabulary, ``[B, T]``."""
+    return jnp.full(b.tokens.shape, -np.log(b.unembedding.shape[1]), jnp.float32)
+
+
 _TOOLS = [
     _call("group_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn",
           checks=COMMON),
@@ -351,9 +356,9 @@ _TOOLS = [
           "token", needs=("hidden", "unembedding", "tokens"),
           free=(("unembedding", ("last",), "V is free (the tokens stay below it)"),)),
     _call("policy_loss_from_hidden",
-          lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, _old_logp(b), b.rewards,
+          lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, _uniform_logp(b), b.rewards,
                               token_mask(b), chunk_size=3),
-          "other", needs=("hidden", "unembedding", "tokens", "logp"),
+          "other", needs=("hidden", "unembedding", "tokens"),
           tuning=({"clip_low": 0.2}, {"clip_low": 0.1}),
           free=(("unembedding", ("last",), "V is free (the tokens stay below it)"),)),
     _call("kl_divergence", lambda b, ns: _args(b.logp, _old_logp(b), mask=token_mask(b)),
