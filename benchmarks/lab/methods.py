@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 
 import credax
-from credax.testing import TurnBatch
-from credax.testing.calls import CALLS
+from credax._batch import TurnBatch
+from credax._registry import CALLS
 
 from . import groundtruth, judges
 from .policy import Policy, Rollout, final_score, sampling_noise

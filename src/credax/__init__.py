@@ -24,9 +24,11 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
 * ``_readers``  rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
 * ``_rollouts`` ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
+* ``_batch``, ``_registry`` the turn batch and the method registry: how to call each public
+  function on a batch (what explain, verl, the bench and the lab read)
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
   explicitly; its checkers need hypothesis) strategies and invariant checkers for your own credit
-  code, and the call table of every public function (``credax.testing.calls``).
+  code, and the tests' call table built on the registry (``credax.testing.calls``).
 """
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing

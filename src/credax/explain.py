@@ -38,7 +38,7 @@ prompt id):
                    rollouts' at the same turn
 =================  =================================================================
 
-Each method is the call table's canonical call (``credax.testing.calls``) on the rollouts as
+Each method is the method registry's canonical call (``credax._registry``) on the rollouts as
 a :class:`credax.testing.TurnBatch` (:func:`turn_batch`: the outcome as the row's reward, the
 environment step rewards as the per-turn rewards, the anchors as the anchor states).
 
@@ -63,15 +63,15 @@ from importlib import resources
 import jax.numpy as jnp
 import numpy as np
 
+from ._batch import TurnBatch
 from ._readers import FORMATS, read_rollouts
+from ._registry import EXPLAINED, Call
 from ._rollouts import Rollout, RolloutBatch, Turn, pad_rollouts
 from ._triage import Role
-from .testing.batch import TurnBatch
-from .testing.calls import EXPLAINED, Call
 
 
 def turn_batch(b: RolloutBatch) -> TurnBatch:
-    """The :class:`credax.testing.TurnBatch` of a rollout batch, the call table's input: the
+    """The :class:`credax.testing.TurnBatch` of a rollout batch, the method registry's input: the
     outcome is the reward of a row, the environment step rewards the per-turn rewards."""
     return TurnBatch(scores=b.scores, turn_mask=b.turn_mask, group_ids=b.groups,
                      rewards=b.outcome, roles=b.roles, token_turn=b.token_turn, rows=b.row_mask,
@@ -80,7 +80,7 @@ def turn_batch(b: RolloutBatch) -> TurnBatch:
 
 def _method(call: Call) -> Callable[[RolloutBatch], object]:
     def per_turn(b: RolloutBatch):
-        out = call(turn_batch(b))  # the table's call, with credax's defaults
+        out = call(turn_batch(b))  # the registry's call, with credax's defaults
         if call.level == "row":  # the same value on every turn of the rollout
             return jnp.where(b.turn_mask, out[:, None], jnp.zeros_like(b.scores))
         return out
@@ -88,7 +88,7 @@ def _method(call: Call) -> Callable[[RolloutBatch], object]:
     return per_turn
 
 
-# The call table's methods that give per-turn (or per-rollout) credit: credax.testing.calls.
+# The registry's methods that give per-turn (or per-rollout) credit: credax._registry.
 METHODS: dict[str, Callable[[RolloutBatch], object]] = {
     m: _method(c) for m, c in EXPLAINED.items()}
 _ROLE_LETTER = {int(r): r.name[0] for r in Role}
