@@ -127,11 +127,12 @@ def losses(out):
     logp = common.compute_per_token_logps(graphdef, state, prompt_tokens=example.prompt_ids,
                                           completion_tokens=completion, pad_id=pad, eos_id=eos)
     out["preset_direct"] = {
-        "credax_verl": float(credax.policy_loss(logp, example.old_per_token_logps, example.advantages,
-                                                mask, **credax.presets.VERL_LOSS).loss),
+        "credax_verl": float(credax.policy_loss(logp, example.old_per_token_logps,
+                                                example.advantages, mask,
+                                                options=credax.presets.VERL_LOSS).loss),
         "credax_trl_dr_grpo": float(credax.policy_loss(
             logp, example.old_per_token_logps, example.advantages, mask,
-            **credax.presets.trl_loss("dr_grpo", num_rows=4, max_completion_length=5)).loss),
+            options=credax.presets.trl_loss("dr_grpo", num_rows=4, max_completion_length=5)).loss),
     }
 
 

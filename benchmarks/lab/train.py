@@ -154,8 +154,9 @@ def loss_fn(model: Policy, batch: Batch, normalizer: jax.Array, value_coef: jax.
     (``½·max((V − R)², (clip(V, V_old ± c) − R)²)``, verl's clip ``c = 0.5``).
     """
     loss, metrics = credax.nnx.policy_loss_fn(
-        model, batch.policy, apply=_apply(batch.obs), agg="token-mean", normalizer=normalizer,
-        clip_low=cfg.clip, clip_high=cfg.clip,
+        model, batch.policy, apply=_apply(batch.obs),
+        options=credax.LossOptions(agg="token-mean", normalizer=normalizer, clip_low=cfg.clip,
+                                   clip_high=cfg.clip),
     )
     v = credax.value_loss(model.value(batch.obs), batch.old_values, batch.returns, batch.turn_mask,
                           clip=cfg.settings.value_clip)

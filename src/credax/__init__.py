@@ -20,6 +20,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
+* ``_loss_options`` ``LossOptions``, the one options value of the policy loss (``options=``)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
 * ``_readers``  rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
@@ -64,6 +65,7 @@ from ._logprobs import LogprobsEntropy as LogprobsEntropy
 from ._logprobs import token_entropy as token_entropy
 from ._logprobs import token_logprobs as token_logprobs
 from ._logprobs import token_logprobs_from_hidden as token_logprobs_from_hidden
+from ._loss_options import LossOptions as LossOptions
 from ._losses import PolicyLoss as PolicyLoss
 from ._losses import PolicyMetrics as PolicyMetrics
 from ._losses import aggregate as aggregate

@@ -17,6 +17,7 @@ from jaxtyping import Array, Float
 
 from . import _api, _checks
 from ._api import NON_NEGATIVE
+from ._loss_options import NOT_A_MAPPING
 
 SINGLETON_MODES = ("zero", "raw")
 EPS_MODES = ("add", "sqrt")
@@ -153,6 +154,11 @@ class Normalization:
         A ``Normalization`` is deliberately not a mapping: ``**preset`` is a ``TypeError``, so the
         options reach an estimator only through ``normalization=``."""
         return {k: getattr(self, k) for k in NORMALIZE_KEYS}
+
+    def keys(self):
+        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
+        raise TypeError(NOT_A_MAPPING.format(kind="Normalization", keyword="normalization",
+                                             example="normalization=credax.presets.VERL"))
 
     def __eq__(self, other) -> bool:
         # Equal fields, equal options (as the mapping it used to be); unhashable, like a dict.

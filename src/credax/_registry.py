@@ -275,6 +275,12 @@ def _old_logp(b):
     return 0.9 * b.logp
 
 
+def _loss_tuning(**fields) -> tuple[dict, dict]:
+    """The bench's two values of the loss's ``clip_low`` (a leaf of its options: no recompile)."""
+    return ({"options": credax.LossOptions(clip_low=0.2, **fields)},
+            {"options": credax.LossOptions(clip_low=0.1, **fields)})
+
+
 def _uniform_logp(b):
     """Old log-probs of a uniform sampler over the unembedding's vocabulary, ``[B, T]``."""
     return jnp.full(b.tokens.shape, -np.log(b.unembedding.shape[1]), jnp.float32)
@@ -329,16 +335,15 @@ _TOOLS = [
     _call("policy_loss_from_hidden",
           lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, _uniform_logp(b), b.rewards,
                               token_mask(b), chunk_size=3),
-          "other", needs=("hidden", "unembedding", "tokens"),
-          tuning=({"clip_low": 0.2}, {"clip_low": 0.1})),
+          "other", needs=("hidden", "unembedding", "tokens"), tuning=_loss_tuning()),
     _call("kl_divergence", lambda b, ns: _args(b.logp, _old_logp(b), mask=token_mask(b)),
           "token", needs=("logp",)),
     _call("aggregate", lambda b, ns: _args(b.logp, token_mask(b), mode="seq-mean-token-mean"),
           "other", needs=("logp",)),
     _call("policy_loss",
           lambda b, ns: _args(b.logp, _old_logp(b), b.rewards, token_mask(b), ref_logp=b.logp,
-                              kl_coef=0.1),
-          "other", needs=("logp",), tuning=({"clip_low": 0.2}, {"clip_low": 0.1})),
+                              options=credax.LossOptions(kl_coef=0.1)),
+          "other", needs=("logp",), tuning=_loss_tuning(kl_coef=0.1)),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -349,12 +354,13 @@ _FORMS = {
     # [B, K] advantages with token_turn, and a sequence ratio.
     "policy_loss:turns": _call(
         "policy_loss", lambda b, ns: _args(b.logp, b.logp, b.scores, token_mask(b),
-                                           token_turn=b.token_turn, ratio="sequence"),
-        "other", needs=("logp",), tuning=({"clip_low": 0.2}, {"clip_low": 0.1})),
+                                           token_turn=b.token_turn,
+                                           options=credax.LossOptions(ratio="sequence")),
+        "other", needs=("logp",), tuning=_loss_tuning(ratio="sequence")),
     "policy_loss:tokens": _call(
         "policy_loss", lambda b, ns: _args(b.logp, _old_logp(b), b.logp, token_mask(b),
-                                           dual_clip=3.0),
-        "other", needs=("logp",), tuning=({"clip_low": 0.2}, {"clip_low": 0.1})),
+                                           options=credax.LossOptions(dual_clip=3.0)),
+        "other", needs=("logp",), tuning=_loss_tuning(dual_clip=3.0)),
     "token_logprobs_from_hidden:entropy": _call(
         "token_logprobs_from_hidden",
         lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, chunk_size=4, with_entropy=True),

@@ -238,8 +238,17 @@ def _bridge(fn, *, group_as_ids: bool = False):
     signature = inspect.signature(fn)
     name = fn.__name__
 
+    hints = getattr(fn, "_hints", {})  # a PublicFunction's removed-keyword hints
+
     def wrapper(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as err:  # pass on where a removed keyword went, as credax's entry says
+            moved = [k for k in kwargs if k not in signature.parameters and k in hints]
+            if moved:
+                raise TypeError(f"{name}() got an unexpected keyword argument {moved[0]!r}. "
+                                f"{hints[moved[0]]}") from err
+            raise
         flat = {}  # argument name -> value, ``**kwargs`` spread out
         for arg, value in bound.arguments.items():
             if signature.parameters[arg].kind is inspect.Parameter.VAR_KEYWORD:

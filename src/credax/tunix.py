@@ -63,7 +63,7 @@ again (Tunix logs an overwrite warning); :func:`register` does it explicitly and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -72,6 +72,7 @@ import numpy as np
 
 from . import presets
 from ._group_ids import Groups
+from ._loss_options import LossOptions
 from ._losses import kl_divergence, policy_loss
 from ._normalization import Normalization
 from ._outcome import grpo_advantages, rloo_advantages
@@ -156,7 +157,7 @@ _AGG = {"token-mean": "token-mean", "sequence-mean-token-mean": "seq-mean-token-
         "sequence-mean-token-scale": "seq-mean-token-sum-norm"}
 
 
-def _from_algo_config(cfg, mask: jax.Array) -> dict[str, Any]:
+def _from_algo_config(cfg, mask: jax.Array) -> LossOptions:
     """The ``policy_loss`` options that reproduce Tunix's ``grpo`` loss under ``algo_config``."""
     mode = cfg.loss_agg_mode
     if mode not in _AGG:
@@ -176,12 +177,12 @@ def _from_algo_config(cfg, mask: jax.Array) -> dict[str, Any]:
         options["normalizer"] = rows * mask.shape[-1]
     if cfg.loss_algo == "gspo-token":
         options.update(ratio="sequence", log_ratio_clamp=(-float("inf"), 10.0))
-    return options
+    return LossOptions(**options)
 
 
-def _preset_loss(preset: Mapping[str, Any] | Callable[[jax.Array], Mapping[str, Any]]):
+def _preset_loss(preset: LossOptions | Callable[[jax.Array], LossOptions]):
     def options(cfg, mask):
-        return dict(preset(mask) if callable(preset) else preset)
+        return preset(mask) if callable(preset) else preset
 
     return options
 
@@ -202,7 +203,7 @@ def _aux(out, logp, old, ref, mask, kl_estimator, kl_clamp) -> dict[str, jax.Arr
             "is_ratio/mean": m.mean_ratio}
 
 
-def _make_loss(options_fn: Callable[[Any, jax.Array], dict[str, Any]], name: str):
+def _make_loss(options_fn: Callable[[Any, jax.Array], LossOptions], name: str):
     def loss_fn(model, train_example, algo_config, pad_id, eos_id, **kwargs):
         if getattr(train_example, "sampler_is_weights", None) is not None:
             raise ValueError(f"`{name}`: Tunix's precomputed `sampler_is_weights` are not supported; "
@@ -221,19 +222,17 @@ def _make_loss(options_fn: Callable[[Any, jax.Array], dict[str, Any]], name: str
         old = (jax.lax.stop_gradient(logp) if train_example.old_per_token_logps is None
                else train_example.old_per_token_logps.astype(jnp.float32))
         mask = train_example.completion_mask.astype(bool)
-        options = options_fn(algo_config, mask)
         epsilon = algo_config.epsilon
         epsilon_high = getattr(algo_config, "epsilon_high", None)
-        options.update(clip_low=epsilon, clip_high=epsilon if epsilon_high is None else epsilon_high)
         beta = getattr(algo_config, "beta", 0.0) or 0.0
         ref = train_example.ref_per_token_logps
-        if ref is not None and beta != 0.0:
-            options.update(ref_logp=ref.astype(jnp.float32), kl_coef=beta)
-        else:
-            options.update(ref_logp=ref if ref is None else ref.astype(jnp.float32), kl_coef=0.0)
-        out = policy_loss(logp, old, train_example.advantages.astype(jnp.float32), mask, **options)
-        return out.loss, _aux(out, logp, old, options["ref_logp"], mask,
-                              options.get("kl_estimator", "k3"), options.get("kl_clamp"))
+        ref = None if ref is None else ref.astype(jnp.float32)
+        options = options_fn(algo_config, mask).replace(
+            clip_low=epsilon, clip_high=epsilon if epsilon_high is None else epsilon_high,
+            kl_coef=beta if ref is not None else 0.0)
+        out = policy_loss(logp, old, train_example.advantages.astype(jnp.float32), mask,
+                          options=options, ref_logp=ref)
+        return out.loss, _aux(out, logp, old, ref, mask, options.kl_estimator, options.kl_clamp)
 
     loss_fn.__name__ = loss_fn.__qualname__ = name.replace("-", "_")
     loss_fn.__doc__ = f"Tunix policy loss ``{name}`` (see :mod:`credax.tunix`)."
