@@ -297,7 +297,7 @@ def test_not_computed_panels_are_grey_with_the_reason(page):
         assert not ax.images  # no colours: nothing that reads as a value
         (label,) = ax.texts
         m = ax.get_title().split(":")[0]
-        assert label.get_text().replace("\n", " ") == ex.missing[m][1]
+        assert label.get_text().replace("\n", " ") == ex.missing[m][1].replace("`", "")
 
 
 def test_stderr_warns_for_each_method_not_computed(tmp_path, capsys):

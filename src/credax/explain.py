@@ -395,7 +395,7 @@ def heatmap_figure(ex: Explained, rows: np.ndarray, title: str, *, vmax: float |
             ax.set_xticks([])
             ax.set_yticks([])
             # ~6.5 px a character at LABEL_PT: wrapped to the panel (the figure less its margins)
-            text = "\n".join(textwrap.wrap(why, int((width - 1.9) * DPI / 6.5)))
+            text = "\n".join(textwrap.wrap(why.replace("`", ""), int((width - 1.9) * DPI / 6.5)))
             ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center",
                     fontsize=LABEL_PT, color="#444444")
             ax.set_title(f"{m}: not computed", fontsize=9, color="#666666")
@@ -496,7 +496,8 @@ def _cell(v: float) -> str:
 
 
 def _stats(flat: np.ndarray) -> str:
-    return (f"<td>{flat.mean():+.4f}</td><td>{np.abs(flat).mean():.4f}</td>"
+    mean = round(float(flat.mean()), 4) + 0.0  # a centred method's -1e-9 is +0.0000, not -0.0000
+    return (f"<td>{mean:+.4f}</td><td>{np.abs(flat).mean():.4f}</td>"
             f"<td>{int((flat > 0).sum())}</td><td>{int((flat < 0).sum())}</td>")
 
 
