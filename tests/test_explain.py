@@ -149,13 +149,16 @@ def _chromium(binary, tmp_path, *args):
 @pytest.fixture(scope="module")
 def half(tmp_path_factory):
     """The example with its first two prompt groups as shipped and the other two stripped to
-    scores (no roles, anchors or step rewards): a page with greyed methods in two groups."""
+    scores (no roles, anchors or step rewards): a page with greyed methods in two groups. One
+    rollout of 16 turns makes group 0's heatmap 12 inches (1200 px) wide: wider than the window."""
     from credax import explain as cx
 
     work = tmp_path_factory.mktemp("half")
     rollouts = credax.read_rollouts(EXAMPLE)
     keep = list(dict.fromkeys(r.prompt_id for r in rollouts))[:2]
-    credax.write_rollouts(work / "half.jsonl", [
+    long = credax.Rollout(keep[0], [credax.Turn([k], (k % 5) / 4, role="E", anchor=f"s{k % 3}")
+                                    for k in range(16)])
+    credax.write_rollouts(work / "half.jsonl", [long] + [
         r if r.prompt_id in keep else credax.Rollout(
             r.prompt_id, [credax.Turn(t.action, t.score) for t in r.turns]) for r in rollouts])
     assert cx.main([str(work / "half.jsonl"), "--methods", METHODS + ",unbiased_turn",
