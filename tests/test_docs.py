@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 
 import credax
@@ -35,7 +36,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
 # A python block and, if the marker follows it, the text block showing what it prints.
 BLOCK_AND_OUTPUT = re.compile(r"^```python\n(.*?)^```\n(?:<!-- prints -->\n```text\n(.*?)^```)?",
                               flags=re.S | re.M)
-PRINTS_SHOWN = {"docs/guides/first-loop.md", "docs/guides/rollouts.md"}
+PRINTS_SHOWN = {"README.md", "docs/guides/first-loop.md", "docs/guides/rollouts.md"}
 _CHECKER = doctest.OutputChecker()
 _FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -57,7 +58,8 @@ def test_python_blocks_run(path):
     page = path.relative_to(ROOT).as_posix()
     # A reader runs these with JAX's standard promotion (optax's adamw, for one, mixes a Python
     # float with an int32 step count, which the suite's strict mode rejects).
-    with jax.numpy_dtype_promotion("standard"):
+    # np.printoptions(): a page that sets print options (the quickstart) leaves them there.
+    with jax.numpy_dtype_promotion("standard"), np.printoptions():
         for index, (block, shown) in enumerate(BLOCK_AND_OUTPUT.findall(path.read_text())):
             name = f"{page}[block {index}]"
             out = io.StringIO()
@@ -82,7 +84,11 @@ def test_shown_output_is_checked():
 
 def test_readme_has_the_quickstart_and_it_computes_grpo():
     ns = {"__name__": "docs"}
-    exec(compile(_blocks(ROOT / "README.md")[0], "README.md[quickstart]", "exec"), ns)
+    with np.printoptions(), contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(_blocks(ROOT / "README.md")[0], "README.md[quickstart]", "exec"), ns)
+    # What it prints is shown under it (and checked by test_python_blocks_run).
+    ((block, shown),) = BLOCK_AND_OUTPUT.findall((ROOT / "README.md").read_text())[:1]
+    assert shown.count("\n") >= 5
     # Prompt 17 = (1, 0, 1): μ = 2/3, unbiased σ = sqrt((1/9 + 4/9 + 1/9) / 2) = sqrt(1/3).
     sigma = (1 / 3) ** 0.5
     expected = [(1 / 3) / sigma, (-2 / 3) / sigma, (1 / 3) / sigma, 0.0, 0.0, 0.0]
