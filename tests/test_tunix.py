@@ -387,3 +387,74 @@ def test_scores_at_padded_turns_never_matter():
 def test_estimator_rewards_probes(rewards, match):
     with pytest.raises(ValueError, match=match):
         ct.grpo(rewards, 2)
+
+
+def test_turn_rewards_learner_needs_no_layout(worker):
+    # TurnCreditGRPOLearner(turn_rewards=) on the tiny cluster: the turns are the completion
+    # mask's runs; row b's one turn has reward b; turn baseline over G = 2:
+    # A_i = r_i - r_j for the pair (i, j) of a prompt (r_i when j has no turn).
+    run = worker["turn_rewards_run"]
+    mask = np.array(run["mask"], bool)
+    has = mask.any(axis=1)
+    r = np.arange(4, dtype=np.float64)
+    per_row = np.array([r[i] - r[i ^ 1] if has[i ^ 1] else r[i] for i in range(4)])
+    np.testing.assert_allclose(run["advantages"], np.where(mask, per_row[:, None], 0.0), atol=1e-6)
+    assert has.all() and run["rewards"] == [[0.0], [1.0], [2.0], [3.0]]  # every row had its turn
+    np.testing.assert_array_equal(run["completion_mask"], mask.astype(int))
+    assert run["moved"] > 0
+
+
+def test_agentic_learner_trains_on_per_step_rewards(worker):
+    # Tunix's own agentic GRPOLearner on a 3-turn environment; the engine's per-step token counts
+    # and rewards reach credax's turn baseline (float64 NumPy reference) per token.
+    from tests.reference import turn_baseline as ref
+
+    run = worker["agentic_run"]
+    assert run["groups"] and run["moved"] > 0
+    multi_turn = False
+    for group in run["groups"]:
+        steps = group["steps"]
+        length = len(group["advantages"][0])
+        k = max(len(s) for s in steps)
+        multi_turn |= k > 1
+        token_turn = np.full((2, length), -1)
+        rewards, turn_mask = np.zeros((2, k)), np.zeros((2, k), bool)
+        for b, row in enumerate(steps):
+            pos = 0
+            for t, (n_model, n_env, reward) in enumerate(row):
+                token_turn[b, pos:pos + n_model] = t
+                pos += n_model + n_env
+                rewards[b, t], turn_mask[b, t] = reward, True
+            # Tunix's trajectory reward is the sum of its step rewards.
+            assert group["trajectory_reward"][b] == pytest.approx(sum(s[2] for s in row))
+            # Tunix's own mask marks exactly the model's tokens (1) among the environment's (0).
+            tunix_mask = np.array(group["tunix_mask"][b][:length], bool)
+            np.testing.assert_array_equal(tunix_mask, token_turn[b, :len(tunix_mask)] >= 0)
+        per_turn = ref.unbiased_turn_advantages(rewards, turn_mask, np.zeros(2, int))
+        at_token = per_turn[np.arange(2)[:, None], np.clip(token_turn, 0, None)]
+        expected = np.where(token_turn >= 0, at_token, 0.0)
+        np.testing.assert_allclose(group["advantages"], expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(group["completion_mask"], (token_turn >= 0).astype(int))
+        # The state each step acted on: the reset observation, then each step's observation.
+        assert all(len(s) == len(row) for s, row in zip(group["states"], steps, strict=True))
+    assert multi_turn  # at least one trajectory took more than one turn
+
+
+def test_rollouts_from_tunix_objects():
+    # Tunix 0.1.7's own dataclasses (numpy tokens, an enum status, prompt_tokens set by the
+    # engine as an attribute) read as their JSON form reads.
+    from tunix.rl.agentic.agents import agent_types as at
+
+    steps = [at.Step(assistant_tokens=np.array([4, 5]), env_tokens=np.array([9]), reward=np.float32(0.5),
+                     logprobs=np.array([-0.5, -1.0])),
+             at.Step(assistant_tokens=np.array([6]), reward=0.25, logprobs=np.array([-0.25]))]
+    traj = at.Trajectory(steps=steps, reward=0.75, status=at.TrajectoryStatus.SUCCEEDED)
+    traj.prompt_tokens = np.array([1, 2, 3])
+    item = at.TrajectoryItem(pair_index=1, group_id=12, start_step=0, traj=traj, metadata={})
+    (r,) = credax.rollouts_from_tunix([item])
+    assert r.prompt_id == 12 and list(r.prompt) == [1, 2, 3] and r.outcome == 0.75
+    assert [list(t.action) for t in r.turns] == [[4, 5], [6]]
+    assert [list(t.observation) for t in r.turns] == [[9], []]
+    assert [t.score for t in r.turns] == [0.5, 0.75] and [t.reward for t in r.turns] == [0.5, 0.25]
+    assert [list(t.logprobs) for t in r.turns] == [[-0.5, -1.0], [-0.25]]
+    assert r.meta["status"] == "SUCCEEDED" and r.meta["pair_index"] == 1

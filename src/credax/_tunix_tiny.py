@@ -104,10 +104,11 @@ class TinyChatParser:
 
 
 class TinyTurnsEnv(_env.BaseTaskEnv):
-    """A small multi-turn task: ``max_steps`` turns (default 3); each step's reward is the fraction
-    of its response's words that are new (not said in an earlier turn), so turns differ in
-    credit. The environment answers each turn with two words of the toy vocabulary, so the
-    completion Tunix builds has holes (model tokens ``1``, environment tokens ``0``)."""
+    """A small multi-turn task: ``max_steps`` turns (default 3); each step's reward is the number
+    of distinct words of its response not said in an earlier turn, over the response's length, so
+    trajectories and turns differ in credit. The environment answers each turn with two words of
+    the toy vocabulary, so the completion Tunix builds has holes (model tokens ``1``,
+    environment tokens ``0``)."""
 
     def __init__(self, entry: dict[str, Any], *, max_steps: int = 3, **kwargs):
         super().__init__(task=dict(entry), max_steps=max_steps, **kwargs)
@@ -119,8 +120,7 @@ class TinyTurnsEnv(_env.BaseTaskEnv):
 
     def _step_impl(self, action):
         words = str(getattr(action, "action", action)).split()
-        new = [w for w in words if w not in self._seen]
+        reward = len(set(words) - self._seen) / len(words) if words else 0.0
         self._seen.update(words)
-        reward = len(new) / len(words) if words else 0.0
         return _env.EnvStepResult(observation=f"{WORDS[self.step_count % len(WORDS)]} there",
                                   reward=float(reward), done=False, info={})

@@ -50,11 +50,16 @@ For the presets, the clip bounds (``epsilon``, ``epsilon_high``) and the KL coef
 ``[B, L]``, as Tunix's own loss allows. Tunix's precomputed ``sampler_is_weights`` are refused
 (credax's correction takes the sampler's log-probs: ``policy_loss(..., rollout_logp=)``).
 
-**Turn-level credit.** Tunix's estimator sees only rewards, so TCPO, TRIAGE, GiGPO and the other
-per-turn methods cannot be registered. :class:`TurnCreditGRPOLearner` is the smallest working
-path: a ``GRPOLearner`` whose advantages are per token ``[B, L]``, from a function of yours that
-says where each turn of a completion is and what its score is. What Tunix itself would need is in
-``docs/guides/tunix.md``.
+**Turn-level credit.** Tunix's estimator sees only rewards, so TCPO, GiGPO, MT-GRPO and the
+other per-turn methods cannot be registered; they reach Tunix through its per-token
+``TrainExample.advantages`` instead. :func:`turns_from_mask` (a completion mask with holes: each
+run of model tokens is a turn) and :func:`turns_from_steps` (Tunix's per-step rewards and
+token counts) build a :class:`TurnLayout`; :func:`turn_advantages` gives the ``[B, L]``
+advantages of a method of :data:`TURN_METHODS`. :class:`TurnCreditGRPOLearner` does it inside
+Tunix's ``GRPOLearner`` (``turn_rewards=`` or ``turns=``), :class:`AgenticTurnCreditGRPOLearner`
+inside its agentic (multi-turn) learner, from the per-step rewards Tunix's trajectory engine
+records. :func:`tiny_cluster` (Tunix's toy transformer on the default mesh) runs
+``docs/guides/tunix.md`` on a CPU; what Tunix's orchestrator would need is there too.
 
 The registry is Tunix's global one: importing this module twice registers the same functions
 again (Tunix logs an overwrite warning); :func:`register` does it explicitly and returns the names.
@@ -813,15 +818,15 @@ class AgenticTurnCreditGRPOLearner(_agentic.GRPOLearner):
     ``k``'s model tokens are turn ``k``, environment tokens ``-1``) and replaces the group's
     advantages by per-token ones from ``method``, over the ``G`` trajectories of the group:
 
-    ==================  ====================================================================
-    ``method``          per turn ``k`` of trajectory ``i``
-    ==================  ====================================================================
-    ``"tcpo"``          :func:`credax.tcpo_advantages` of the running total of step rewards
-    ``"mt_grpo"``       :func:`credax.mt_grpo_advantages` (step rewards, trajectory reward)
-    ``"gigpo"``         :func:`credax.gigpo_advantages`, anchors = the observation each step
-                        acted on (the reset observation, then the previous step's)
-    ``"turn_baseline"`` :func:`credax.unbiased_turn_advantages` of the step rewards
-    ==================  ====================================================================
+    ====================  ==================================================================
+    ``method``            per turn ``k`` of trajectory ``i``
+    ====================  ==================================================================
+    ``"tcpo"``            :func:`credax.tcpo_advantages` of the running total of step rewards
+    ``"mt_grpo"``         :func:`credax.mt_grpo_advantages` (step rewards, trajectory reward)
+    ``"gigpo"``           :func:`credax.gigpo_advantages`, anchors = the observation each
+                          step acted on (the reset observation, then the previous step's)
+    ``"turn_baseline"``   :func:`credax.unbiased_turn_advantages` of the step rewards
+    ====================  ==================================================================
 
     The trajectory reward used is Tunix's: the sum of the step rewards, the environment's final
     reward included. Tunix's own estimator still runs (its advantages are logged as before);
