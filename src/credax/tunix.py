@@ -610,10 +610,6 @@ TURN_METHODS: dict[str, Callable[[TurnLayout, Groups], jax.Array]] = {
 }
 
 
-def _tcpo(scores, turn_mask, groups):
-    return tcpo_advantages(scores, turn_mask, groups).advantages
-
-
 def _as_layout(turns, turn_mask, token_turn) -> TurnLayout:
     if isinstance(turns, TurnLayout):
         if turn_mask is not None or token_turn is not None:
@@ -719,7 +715,7 @@ def turn_advantages(turns, turn_mask=None, token_turn=None, *, completion_mask, 
     return tokens, jnp.asarray(narrowed.astype(cm.dtype))
 
 
-def _layout_from(result, example) -> TurnLayout:
+def _layout_from(result) -> TurnLayout:
     if isinstance(result, TurnLayout):
         return result
     if isinstance(result, tuple) and len(result) == 3:
@@ -775,7 +771,7 @@ class TurnCreditGRPOLearner(_grpo_learner.GRPOLearner):
         kwargs = {} if mode is None else {"mode": mode}
         example = super()._generate_and_compute_advantage(training_input, **kwargs)
         if self._turns is not None:
-            layout = _layout_from(self._turns(example, training_input), example)
+            layout = _layout_from(self._turns(example, training_input))
         else:
             layout = turns_from_mask(example.completion_mask, self._turn_rewards(example, training_input))
         advantages, mask = turn_advantages(layout, completion_mask=example.completion_mask,
