@@ -825,7 +825,10 @@ class AgenticTurnCreditGRPOLearner(_agentic.GRPOLearner):
     ====================  ==================================================================
 
     The trajectory reward used is Tunix's: the sum of the step rewards, the environment's final
-    reward included. Tunix's own estimator still runs (its advantages are logged as before);
+    reward included. A trajectory whose mask Tunix emptied (its overlong filter, or
+    ``degenerate_group_masking``, which looks at Tunix's outcome advantages) is not trained on;
+    its steps still enter the group's statistics, as its reward enters Tunix's own estimator.
+    Tunix's own estimator still runs (its advantages are logged as before);
     what is trained on is the per-token advantage. Every other argument is
     ``tunix.rl.agentic.agentic_grpo_learner.GRPOLearner``'s.
 
