@@ -63,6 +63,7 @@ ISSUE_30 = {
 ROLLOUTS = {
     "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
     "RolloutLayout", "read_rollouts", "write_rollouts", "RolloutFormatError",
+    "rollouts_from_tunix",  # issue 39: Tunix's trajectories in memory (format="tunix" on disk)
 }
 
 

@@ -52,25 +52,51 @@ def _load(name):
     return module
 
 
-@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
-def test_python_blocks_run(path):
+# Pages whose blocks run in one fresh interpreter, as a reader's script does, and the module each
+# needs (skipped without it): Tunix trains in threads of its own, where the suite's strict dtype
+# promotion would apply (`jax.numpy_dtype_promotion("standard")` is thread-local).
+FRESH = {"docs/guides/tunix.md": "tunix"}
+
+
+def _exec_blocks(path):
+    """Run a page's python blocks top to bottom in one namespace: (name, shown, printed) each."""
     ns = {"__name__": "docs"}
     page = path.relative_to(ROOT).as_posix()
-    # A reader runs these with JAX's standard promotion (optax's adamw, for one, mixes a Python
-    # float with an int32 step count, which the suite's strict mode rejects).
-    # np.printoptions(): a page that sets print options (the quickstart) leaves them there.
-    with jax.numpy_dtype_promotion("standard"), np.printoptions():
-        for index, (block, shown) in enumerate(BLOCK_AND_OUTPUT.findall(path.read_text())):
-            name = f"{page}[block {index}]"
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(compile(block, name, "exec"), ns)
-            printed = out.getvalue()
-            if shown:
-                assert _CHECKER.check_output(shown, printed, _FLAGS), (
-                    f"{name} prints\n{printed}\nbut the page shows\n{shown}")
-            elif page in PRINTS_SHOWN:
-                assert not printed, f"{name} prints\n{printed}\nbut the page shows no output"
+    results = []
+    for index, (block, shown) in enumerate(BLOCK_AND_OUTPUT.findall(path.read_text())):
+        name = f"{page}[block {index}]"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, name, "exec"), ns)
+        results.append((name, shown, out.getvalue()))
+    return results
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_python_blocks_run(path, tmp_path):
+    page = path.relative_to(ROOT).as_posix()
+    if page in FRESH:
+        if importlib.util.find_spec(FRESH[page]) is None:
+            pytest.skip(f"{page} needs {FRESH[page]} (its extra is not installed)")
+        result = tmp_path / "blocks.json"
+        done = subprocess.run([sys.executable, __file__, str(path), str(result)], capture_output=True,
+                              text=True, timeout=1200, cwd=ROOT)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+        import json
+
+        results = json.loads(result.read_text())
+    else:
+        # A reader runs these with JAX's standard promotion (optax's adamw, for one, mixes a
+        # Python float with an int32 step count, which the suite's strict mode rejects).
+        # np.printoptions(): a page that sets print options (the quickstart) leaves them there.
+        with jax.numpy_dtype_promotion("standard"), np.printoptions():
+            results = _exec_blocks(path)
+    for name, shown, printed in results:
+        if shown:
+            assert _CHECKER.check_output(shown, printed, _FLAGS), (
+                f"{name} prints\n{printed}\nbut the page shows\n{shown}")
+        elif page in PRINTS_SHOWN or page in FRESH:
+            assert not printed, f"{name} prints\n{printed}\nbut the page shows no output"
 
 
 def test_shown_output_is_checked():
@@ -175,3 +201,10 @@ def test_api_pages_cover_every_module():
     modules = {n for n in credax.__all__ if inspect.ismodule(getattr(credax, n))}
     assert all(f"::: credax.{n}" in listed for n in credax.__all__ if n not in modules)
     assert {"api/index.md", "api/presets.md", "api/nnx.md", "api/testing.md"} <= set(pages)
+
+
+if __name__ == "__main__":  # a FRESH page: python tests/test_docs.py PAGE OUT.json
+    import json
+
+    with open(sys.argv[2], "w") as fh:
+        json.dump(_exec_blocks(pathlib.Path(sys.argv[1]).resolve()), fh)

@@ -23,7 +23,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_loss_options`` ``LossOptions``, the one options value of the policy loss (``options=``)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
-* ``_readers``  rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
+* ``_readers``  rollout files: credax's JSONL schema, verl's ``rollout_data_dir`` dump, Tunix's trajectories
 * ``_rollouts`` ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
 * ``_batch``, ``_registry`` the turn batch and the method registry: how to call each public
   function on a batch (what explain, verl, the bench and the lab read)
@@ -78,6 +78,7 @@ from ._outcome import grpo_advantages as grpo_advantages
 from ._outcome import rloo_advantages as rloo_advantages
 from ._readers import RolloutFormatError as RolloutFormatError
 from ._readers import read_rollouts as read_rollouts
+from ._readers import rollouts_from_tunix as rollouts_from_tunix
 from ._readers import write_rollouts as write_rollouts
 from ._reinforce import gpg_advantages as gpg_advantages
 from ._reinforce import reinforce_pp_advantages as reinforce_pp_advantages

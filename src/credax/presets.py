@@ -22,6 +22,11 @@ preset           reproduces
 ``TRL_NONE``     TRL ``scale_rewards="none"`` (Dr. GRPO): ``r - μ``.
 ``HGPO_VERL_AGENT`` (for ``hgpo_advantages``) verl-agent's shipped HGPO run: history 2, γ 0.95,
                  ``mean_std_norm`` with population std, ``L^1`` level weights, no base group.
+``TUNIX``        Tunix's core ``grpo`` estimator (``algo_core.compute_advantages``): unbiased
+                 std, ``(r - μ)/(σ + 1e-6)`` (Tunix requires ``G >= 2``; a lone row gets ``0``).
+``TUNIX_ORCHESTRATOR`` Tunix's experimental orchestrator ``GRPOAdapter.compute_advantages``:
+                 population std (``jnp.std``), ``(r - μ)/(σ + 1e-6)``. Newer than the pinned
+                 0.1.7: tested against a restatement of its formula.
 ``VPR``          VPR's state-group advantage (``thu-nics/VPR``, ``compute_vpr_turn_level_advantage``,
                  ``group_whiten``): population std, ``(r - μ)/(σ + 1e-8)``, singleton 0. With
                  the state group as the group: ``grpo_advantages(r, state_ids,
@@ -117,6 +122,15 @@ HGPO_VERL_AGENT = Options(
     dict(history=2, gamma=0.95, alpha=1.0, episode_group=False, episode_pooling="step",
          episode_singleton="raw", normalization=Normalization(scale="group", ddof=0, eps=1e-6))
 )
+
+
+# Tunix's two GRPO conventions (google-tunix 0.1.7, the `tunix` extra). The core estimator,
+# tunix/rl/algo_core.py compute_advantages: (r - mean) / (std(ddof=1) + 1e-6) per reshape(-1, G).
+# The experimental orchestrator's GRPOAdapter.compute_advantages (tunix/experimental/orchestrator/
+# algorithm_adapter.py, newer than 0.1.7, not in the pinned wheel): jnp.std, population (ddof=0),
+# + 1e-6. Tunix refuses G = 1 (GRPOConfig); a lone row gets 0 here.
+TUNIX = Normalization(scale="group", ddof=1, eps=1e-6, eps_mode="add", singleton="zero")
+TUNIX_ORCHESTRATOR = Normalization(scale="group", ddof=0, eps=1e-6, eps_mode="add", singleton="zero")
 
 
 def trl(scale_rewards: str = "group") -> Normalization:
@@ -272,5 +286,6 @@ def _count(value, name: str) -> int:
 
 TRL_LOSS = trl_loss("dapo")  # TRL 1.16's defaults: loss_type dapo, bias-corrected KL; one process
 
-__all__ = ["HGPO_VERL_AGENT", "Options", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "VERL", "VERL_DR_GRPO",
-           "VERL_GSPO_LOSS", "VERL_LOSS", "VPR", "trl", "trl_loss"]
+__all__ = ["HGPO_VERL_AGENT", "Options", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "TUNIX",
+           "TUNIX_ORCHESTRATOR", "VERL", "VERL_DR_GRPO", "VERL_GSPO_LOSS", "VERL_LOSS", "VPR", "trl",
+           "trl_loss"]

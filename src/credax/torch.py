@@ -284,7 +284,8 @@ JAX_ONLY = frozenset({
 })
 # Host-side already, no arrays in: parse_roles (labels in, an int32 NumPy array out, which
 # torch.from_numpy takes without a copy) and the rollout file tools.
-HOST_SIDE = frozenset({"parse_roles", "pad_rollouts", "read_rollouts", "write_rollouts"})
+HOST_SIDE = frozenset({"parse_roles", "pad_rollouts", "read_rollouts", "rollouts_from_tunix",
+                       "write_rollouts"})
 _GROUP_AS_IDS = frozenset({"validate_turns"})
 
 # Every other public function of credax, bridged: a function added to credax is available here
