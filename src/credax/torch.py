@@ -60,6 +60,7 @@ import numpy as np
 import torch  # the real torch: imports are absolute, this module's own name does not shadow it
 
 import credax
+from credax import _api
 
 # Arguments that credax groups by (turned into a ``Groups`` once here) and integer keys compared
 # only for equality (densified, never hashed by value).
@@ -238,7 +239,14 @@ def _bridge(fn, *, group_as_ids: bool = False):
     signature = inspect.signature(fn)
     name = fn.__name__
 
+    hints = getattr(fn, "_hints", {})  # a public entry's hints for removed keywords
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        hints = {}  # every keyword is known
+
     def wrapper(*args, **kwargs):
+        unknown = kwargs.keys() - signature.parameters.keys()
+        if unknown and hints:  # the entry's error, hint included (where the keyword went)
+            raise _api.unexpected_keyword(f"credax.torch.{name}", sorted(unknown)[0], hints)
         bound = signature.bind(*args, **kwargs)
         flat = {}  # argument name -> value, ``**kwargs`` spread out
         for arg, value in bound.arguments.items():
