@@ -501,6 +501,23 @@ def _centred_std_counts_padding(scores, turn_mask, group_ids):
     return jnp.where(turn_mask & (n > 1), out, 0.0)
 
 
+def _centred_padding_leak(scores, turn_mask, group_ids):
+    """A correct per-(group, turn) z-score plus a centred padding leak: the first valid member of
+    each set gets ``+tanh(p)``, the second ``-tanh(p)``, where ``p`` sums the set's rows' padded
+    scores. The leak sums to exactly 0 in every set (integer weights ±1), so the gradient of the
+    plain sum is exactly 0 at every padded entry for any values; the outputs still depend on them."""
+    same = _same(group_ids)
+    valid = turn_mask
+    earlier = jnp.tril(same, k=-1).astype(jnp.int32)  # rows j < i of the same group
+    rank = earlier @ valid.astype(jnp.int32)  # valid members of the set before row i
+    n = same.astype(jnp.int32) @ valid.astype(jnp.int32)
+    u = (jnp.where(rank == 0, 1.0, 0.0) - jnp.where(rank == 1, 1.0, 0.0)).astype(scores.dtype)
+    padded = jnp.where(turn_mask, 0.0, jnp.clip(jnp.nan_to_num(scores), -10.0, 10.0))
+    p = same.astype(scores.dtype) @ padded
+    z = credax.group_normalize(scores, group_ids, turn_mask)
+    return jnp.where(valid & (n > 1), z + u * jnp.tanh(p), 0.0)
+
+
 def _batch_normalised(scores, turn_mask, group_ids):
     valid = jnp.where(turn_mask, scores, 0.0)
     mu = valid.sum() / jnp.maximum(turn_mask.sum(), 1).astype(scores.dtype)
@@ -560,8 +577,18 @@ WRONG = {
 for _name, (_fn, _options, _what) in WRONG.items():
     raises("checkers", f"wrong.{_name}", _checker(_name, _fn, **_options), _what, AssertionError,
            f"{_what} violated")
-# The blind spot of issue 37: the padding leak of a group-centred function, with finite padding
-# (NaN padding would be caught as a non-finite gradient anyway). Before: passed (d sum / d x = 0).
+# The blind spot of issue 37: a padding leak that sums to exactly 0 in every group. Before: passed
+# (d sum / d x is exactly 0 at every padded entry, whatever the values).
+for _label, _options in (("finite_padding", {"nonfinite_padding": False}), ("default", {})):
+    raises("checkers", f"leak.centred_sum_zero.{_label}",
+           _checker("finite_gradients", _centred_padding_leak, **_options), "finite gradients",
+           AssertionError, r"masked entries of scores receive gradient")
+# It is a real leak: padding invariance sees it too.
+raises("checkers", "leak.centred_sum_zero.padding_invariance",
+       _checker("padding_invariance", _centred_padding_leak), "padding invariance", AssertionError,
+       "padding invariance violated")
+# A std that counts padding: its plain sum is 0 only up to rounding (caught before too, by the
+# residue of Σ (x - μ) for most drawn values; now by the weights, whatever the values).
 raises("checkers", "leak.finite_gradients_finite_padding",
        _checker("finite_gradients", _centred_std_counts_padding, nonfinite_padding=False),
        "finite gradients", AssertionError, r"masked entries of scores receive gradient")

@@ -285,7 +285,7 @@ def static_bool(name: str, value) -> bool:
     read by truthiness, the string ``"false"`` would switch the option on."""
     value = static_python(name, value)
     if type(value) is not bool:
-        raise TypeError(f"`{name}` must be a bool (True or False); got {type(value).__name__} "
+        raise TypeError(f"`{name}` must be a Python bool (True or False); got {type(value).__name__} "
                         f"{value!r} (an option is never read by truthiness: 'false' is truthy).")
     return value
 
