@@ -60,6 +60,7 @@ import numpy as np
 import torch  # the real torch: imports are absolute, this module's own name does not shadow it
 
 import credax
+from credax import _api
 
 # Arguments that credax groups by (turned into a ``Groups`` once here) and integer keys compared
 # only for equality (densified, never hashed by value).
@@ -238,17 +239,15 @@ def _bridge(fn, *, group_as_ids: bool = False):
     signature = inspect.signature(fn)
     name = fn.__name__
 
-    hints = getattr(fn, "_hints", {})  # a PublicFunction's removed-keyword hints
+    hints = getattr(fn, "_hints", {})  # a public entry's hints for removed keywords
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        hints = {}  # every keyword is known
 
     def wrapper(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as err:  # pass on where a removed keyword went, as credax's entry says
-            moved = [k for k in kwargs if k not in signature.parameters and k in hints]
-            if moved:
-                raise TypeError(f"{name}() got an unexpected keyword argument {moved[0]!r}. "
-                                f"{hints[moved[0]]}") from err
-            raise
+        unknown = kwargs.keys() - signature.parameters.keys()
+        if unknown and hints:  # the entry's error, hint included (where the keyword went)
+            raise _api.unexpected_keyword(f"credax.torch.{name}", sorted(unknown)[0], hints)
+        bound = signature.bind(*args, **kwargs)
         flat = {}  # argument name -> value, ``**kwargs`` spread out
         for arg, value in bound.arguments.items():
             if signature.parameters[arg].kind is inspect.Parameter.VAR_KEYWORD:

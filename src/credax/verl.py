@@ -114,8 +114,9 @@ def _dense_codes(values, where) -> np.ndarray:
 
 
 def uid_to_group_ids(index, device=None) -> torch.Tensor:
-    """verl's ``uid`` array (strings, or integers of any width, or tuples) → dense ``int32[B]``
-    group ids, exact by type and value (``1`` and ``1.0`` are two prompts; a NaN uid is refused).
+    """verl's ``uid`` array (strings, or integers of any width, or tuples; a NumPy array, a list or
+    a 1-D torch tensor) → dense ``int32[B]`` group ids, exact by type and value (``1`` and ``1.0``
+    are two prompts; a NaN uid is refused).
 
     Raises:
       TypeError: ``index`` is a string (not a sequence of uids), or a uid is unhashable.
@@ -124,6 +125,11 @@ def uid_to_group_ids(index, device=None) -> torch.Tensor:
     if isinstance(index, str | bytes):
         raise TypeError(f"`index` (verl's uid) must be a sequence of uids, one per row; got a "
                         f"string {index!r}.")
+    if isinstance(index, torch.Tensor):
+        # Iterating a tensor gives 0-d tensors, hashed by identity: every row its own prompt.
+        # Its values are the uids (meta tensors refused by name, as everywhere in the bridge).
+        ct.check_tensor(index, "index")
+        index = index.detach().cpu().numpy()
     if isinstance(index, np.ndarray):
         if index.ndim != 1:
             raise ValueError(f"`index` (verl's uid) must be 1-D, one uid per row; got shape "
