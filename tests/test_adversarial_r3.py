@@ -273,9 +273,17 @@ for _name, _preset in MAPPING_PRESETS.items():
 
         # The mapping presets were MappingProxyType objects, which copy, deepcopy and pickle
         # refuse ("cannot pickle 'mappingproxy' object"); now presets.Options.
+        # The loss presets are credax.LossOptions values since #36 (compared by .asdict(), set
+        # by .replace()); HGPO's is still a read-only mapping.
         def _p(preset=_preset, fn=_fn):
             other = fn(preset)
-            assert dict(other) == dict(preset) and type(other) is type(preset)
+            assert type(other) is type(preset)
+            if isinstance(preset, credax.LossOptions):
+                assert other == preset and other.asdict() == preset.asdict()
+                with pytest.raises(AttributeError):
+                    other.clip_low = 0.0  # still immutable
+                return
+            assert dict(other) == dict(preset)
             with pytest.raises((AttributeError, TypeError)):
                 other["clip_low" if "clip_low" in other else "history"] = 0  # still read-only
 

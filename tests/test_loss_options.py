@@ -138,7 +138,7 @@ def test_normalization_presets_follow_the_same_rule(preset):
 
 
 def test_the_wrong_kind_of_value_is_named():
-    with pytest.raises(TypeError, match=r"`options` must be a credax.LossOptions.*Normalization"):
+    with pytest.raises(TypeError, match=r"`options` (must be a credax.LossOptions|got a credax.Normalization).*"):
         loss(options=presets.VERL)
     with pytest.raises(TypeError, match=r"`options`.*mapping is not accepted"):
         loss(options={"clip_low": 0.1})
@@ -257,9 +257,9 @@ def test_traced_fields_are_used_as_given():
 @pytest.mark.parametrize("temperature", [1e-46, 1e-39, 1e39])
 def test_a_temperature_that_float32_breaks_is_refused(temperature):
     # Before: 1e-46 (0 in float32) gave a NaN loss; 1e39 (inf) a finite loss of flattened logits.
-    with pytest.raises(ValueError, match="`temperature` is .*float32"):
+    with pytest.raises(ValueError, match="`temperature` (is|=) .*float32"):
         fused(temperature=temperature)
-    with pytest.raises(ValueError, match="`temperature` is .*float32"):
+    with pytest.raises(ValueError, match="`temperature` (is|=) .*float32"):
         credax.token_logprobs_from_hidden(HIDDEN, W, TOKENS, temperature=temperature)
 
 
