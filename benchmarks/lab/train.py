@@ -480,7 +480,7 @@ class Runner:
             if at in marks:
                 t = time.perf_counter()
                 lb = self.lab(states, tile(fold(k_lab, at)), shared=at == 0)
-                self.timers["lab"] = self.timers.get("lab", 0.0) + time.perf_counter() - t
+                self.timers[f"lab@{at}"] = self.timers.get(f"lab@{at}", 0.0) + time.perf_counter() - t
                 for i, m in enumerate(methods):
                     labs[i][at] = lb[m.name]
 
