@@ -31,6 +31,12 @@ GUIDE, README = ROOT / "docs" / "guides" / "credit-lab.md", ROOT / "README.md"
 CI_RESULTS = ROOT / "benchmarks" / "lab" / "results" / "ci" / "lab.json"
 CI_PERTURBED = ROOT / "benchmarks" / "lab" / "results" / "ci-perturb" / "lab.json"
 CI_ORDERING = ROOT / "benchmarks" / "lab" / "results" / "ci" / "ordering.json"
+# The turn-count-unbiased baseline's mechanism probe (``--preset puzzle``).
+PUZZLE_RESULTS = ROOT / "benchmarks" / "lab" / "results" / "puzzle" / "lab.json"
+
+
+def _load(path):
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _table(head, rows) -> str:
@@ -515,6 +521,23 @@ def exploration_split(record, task_name: str = "probe") -> str:
     return _table(head, rows)
 
 
+def puzzle(record) -> str:
+    """Per method of the puzzle run: held-out success, and at step 0 (one policy and batch per
+    seed for all) the credit's Pearson with ``A*``, with the state value ``V̂(h)``, the gradient
+    cosine with ``g*``, the batch gradient's progress along ``g*`` over its sd, the length bonus."""
+    head = ["task", "method", "seeds", "success", "Pearson with A*", "Pearson with the state value",
+            "gradient cosine", "gradient progress / sd", "length bonus"]
+    rows = []
+    for task in record["tasks"].values():
+        c = task["lab"]["credit"]["0"]
+        for n, m in task["methods"].items():
+            rows.append([task["config"]["task"]["kind"], m["label"], str(len(m["success"]["per_seed"])),
+                         fmt(m["success"], "{:.3f}"), fmt(c[n]["pearson"], "{:.2f}"),
+                         fmt(c[n]["pearson_state_value"], "{:+.2f}"), fmt(c[n]["grad_cos"], "{:.2f}"),
+                         fmt(c[n]["grad_t"], "{:.2f}"), fmt(c[n]["length_bonus"], "{:+.2f}")])
+    return _table(head, rows) + "\n\n" + pairs_table(record)
+
+
 def seed_note(record) -> str:
     """Which methods ran on how many seeds (seeds ``0..n-1``; the same on every task)."""
     task = next(iter(record["tasks"].values()))
@@ -528,9 +551,10 @@ def seed_note(record) -> str:
                      for c, ls in sorted(by.items(), reverse=True))
 
 
-def render(record, oracle_record=None, ci=None) -> str:
-    """Every table of the guide from the demo's record, the ceiling's (``oracle_record``) and
-    the machine-independence pair ``ci = (run, perturbed run)`` of ``--preset ci``."""
+def render(record, oracle_record=None, ci=None, puzzle_record=None) -> str:
+    """Every table of the guide from the demo's record, the ceiling's (``oracle_record``), the
+    machine-independence pair ``ci = (run, perturbed run)`` of ``--preset ci`` and the
+    turn-baseline probe's (``puzzle_record``)."""
     sections = [
         ("Held-out results (mean [95% bootstrap interval] over seeds)", held_out(record)),
         ("Headline orderings, paired over seeds", headline(record)),
@@ -554,6 +578,10 @@ def render(record, oracle_record=None, ci=None) -> str:
         sections.insert(1, (f"The ceiling: true advantage at N = 1, 4, 16 branch pairs (`"
                             f"{oracle_record['command'].strip()}`, seeds {oracle_record['seeds']})",
                             oracle(oracle_record)))
+    if puzzle_record is not None:
+        title = (f"The turn-count-unbiased baseline's mechanism probe (`{puzzle_record['command'].strip()}`"
+                 f", {seed_note(puzzle_record)}; step-0 credit metrics)")
+        sections.append((title, puzzle(puzzle_record)))
     if ci is not None:
         a, b = ci
         sections.append((f"Machine independence: `{a['command'].strip()}` against `{b['command'].strip()}` "
@@ -626,7 +654,8 @@ def main(argv=None) -> int:
     record = json.loads(path.read_text())
     oracle_path = pathlib.Path(argv[1]) if len(argv) > 1 else ORACLE_RESULTS
     oracle_record = json.loads(oracle_path.read_text()) if oracle_path.exists() else None
-    for doc, block in [(GUIDE, render(record, oracle_record, ci_records())), (README, summary(record))]:
+    guide = render(record, oracle_record, ci_records(), _load(PUZZLE_RESULTS))
+    for doc, block in [(GUIDE, guide), (README, summary(record))]:
         if doc.exists() and START in doc.read_text():
             doc.write_text(splice(doc.read_text(), block))
             print(f"updated {doc}")
