@@ -3,7 +3,7 @@
     python -m benchmarks.lab            # make demo: both tasks, every method + 2 controls;
                                         # the headline methods 20 seeds, the rest 5
     python -m benchmarks.lab --full     # 10 seeds, longer training
-    python -m benchmarks.lab --tiny     # seconds: a smoke run (CI)
+    python -m benchmarks.lab --tiny     # a smoke run: 4 methods, about a minute of CPU
     python -m benchmarks.lab --preset oracle   # the true-advantage ceiling at N = 1, 4, 16
     python -m benchmarks.lab --credit mymodule:my_credit --tasks refine   # score your method
 
@@ -76,19 +76,19 @@ PRESETS = {
         },
         seeds=10,
     ),
-    # CI size: seconds once compiled, five methods (the others with --methods;
-    # tests/test_lab_tiny.py runs every one).
+    # Smoke size: four methods, the lab at steps 0 and 20 (the others with --methods;
+    # tests/test_lab_tiny.py runs every one). Compilation is most of its cost.
     "tiny": dict(
-        methods=("grpo", "triage", "tcpo_hindsight", "true_adv", "shuffled"),
+        methods=("grpo", "triage", "true_adv", "shuffled"),
         configs={
             "probe": Config(task=E.Task(length=2, alphabet=4, turns=5), hidden=32, prompts=4,
                             group=4, steps=20, eval_every=10, eval_repeats=4,
-                            checkpoints=(0, 10, 20), lab_pairs=32, lab_branches=8),
+                            checkpoints=(0, 20), lab_pairs=32, lab_branches=8),
             "refine": Config(task=R.RefineTask(length=2, alphabet=4, turns=5), hidden=32,
                              prompts=4, group=4, steps=20, eval_every=10, eval_repeats=4,
-                             checkpoints=(0, 10, 20), lab_pairs=32, lab_branches=8),
+                             checkpoints=(0, 20), lab_pairs=32, lab_branches=8),
         },
-        seeds=2,
+        seeds=3,
     ),
 }
 # The ceiling: the true-advantage control at N = 1, 4 and 16 branch pairs per turn against every
@@ -317,7 +317,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="10 seeds, 400 steps")
-    size.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (CI)")
+    size.add_argument("--tiny", action="store_true", help="a smoke run: 4 methods, both tasks, tiny "
+                      "sizes (about a minute of CPU, most of it compilation)")
     size.add_argument("--preset", choices=sorted(PRESETS), default=None,
                       help="a named preset (oracle: the true-advantage ceiling at N = 1, 4, 16)")
     every = {**METHODS, **VARIANTS}
