@@ -188,6 +188,19 @@ def turn_baseline(ctx: Context, s: Settings) -> jax.Array:
     return CALLS["unbiased_turn_advantages"](turn_batch(ctx, turn_rewards=step))
 
 
+def turn_baseline_outcome(ctx: Context, s: Settings) -> jax.Array:
+    """The turn-count-unbiased baseline with the past return added back (a mechanism probe for
+    the ``turn_baseline`` puzzle): ``credax.unbiased_turn_advantages`` on the outcome placed on
+    the last real turn, so every turn's "return to go" is the whole return ``R_i`` and the credit
+    is ``R_i − mean_{peers at turn t} R_j``. The baseline is the same peer set's, still built
+    from other rollouts only (unbiased); what changes is that the turn's credit no longer drops
+    the return already earned before it, the part that ties ``turn_baseline``'s credit to the
+    state (a rollout that has earned much has little left to earn)."""
+    r = ctx.rollout
+    return CALLS["unbiased_turn_advantages"](
+        turn_batch(ctx, turn_rewards=outcome_rewards(r.turn_mask, ctx.outcome)))
+
+
 def g2po(ctx: Context, s: Settings) -> jax.Array:
     """G2PO (``credax.g2po_advantages``): the episode advantage plus the per-prompt state graph's
     edge advantage, states = the anchor hashes GiGPO uses; the terminal success value is the
@@ -462,6 +475,8 @@ VARIANTS: dict[str, Method] = {
                  control=True) for n in (4, 16)),
         *TCPO_SWITCHES,
         Method("g2po", "G2PO", g2po),
+        Method("turn_baseline_outcome", "turn-count-unbiased baseline, past return added back",
+               turn_baseline_outcome, unbiased=True),
         Method("reinforce_pp", "REINFORCE++", reinforce_pp),
         Method("reinforce_pp_baseline", "REINFORCE++-baseline", reinforce_pp_baseline, unbiased=True),
         Method("gpg", "GPG", gpg, unbiased=True),
