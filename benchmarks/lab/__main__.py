@@ -166,6 +166,18 @@ def user_method(spec: str):
     return Method(attr, getattr(fn, "label", f"yours: {attr}"), fn, agg=getattr(fn, "agg", "token-mean"))
 
 
+def exact_tier_rows(method) -> list[str]:
+    """The exact tier's scores of a user method (``benchmarks.lab.exact.user_rows``: one line per
+    MDP and policy, against the exact advantage and policy gradient), or one line saying why it
+    could not run there (a function that needs the policy, ``ctx.model``, cannot)."""
+    from . import exact
+
+    try:
+        return exact.user_rows(method.credit, method.name)
+    except Exception as e:  # the user's function, on inputs it was not written for: say why
+        return [f"cannot score {method.name} on the exact tier: {type(e).__name__}: {e}"]
+
+
 def check_credit(method, cfg: Config, *, seed: int = 0) -> None:
     """Run a user's credit function once on the first batch (seed ``seed``'s initial policy, the
     training batch of step 0) and refuse, naming the problem, an output the lab cannot train on:
@@ -460,8 +472,14 @@ def main(argv=None) -> int:
     print(f"\nwall time {wall:.0f} s, process CPU time {cpu:.0f} s (compilation included; XLA "
           f"compilation {compile_s[0]:.0f} s wall summed over programs)"
           + (f"; the tables use the training run's timing from {args.raw}" if args.from_raw else ""))
-    for line in tables.verdicts(record, [m.name for m in user]):
+    exact_rows = {m.name: exact_tier_rows(m) for m in user}
+    summary = {n: (f"{len(rows)} rows below" if rows and not rows[0].startswith("cannot") else
+                   (rows[0] if rows else None)) for n, rows in exact_rows.items()}
+    for line in tables.verdicts(record, [m.name for m in user], summary):
         print(line)
+    for rows in exact_rows.values():
+        for line in rows:
+            print(line)
     print(f"wrote {out / 'lab.json'}, " + ", ".join(str(out / f"lab-{t}.png") for t in tasks)
           + f", {out / 'lab-seeds.png'}, {out / 'lab-credit.png'}, {out / 'lab-predict.png'}")
     return 0

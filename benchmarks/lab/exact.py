@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import credax
-from credax.testing.calls import CALLS
+from credax._registry import CALLS
 
 from . import methods as M
 

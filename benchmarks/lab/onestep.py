@@ -265,6 +265,14 @@ def _spearman_boot(a_samples, b_samples, *, resamples: int = 2000, seed: int = 0
     return float(rho[0]), float(lo), float(hi)
 
 
+def _shared_seeds(per_seed):
+    """The per-seed values of every method on the seeds they all have: the lab trains method
+    ``i`` on seeds ``0 … S_i − 1`` (20 for the headline methods, 5 for the rest in the demo), so
+    the common seeds are the first ``min S_i``; ``None`` (no value at that seed) becomes NaN."""
+    n = min(len(v) for v in per_seed)
+    return [[np.nan if x is None else x for x in v[:n]] for v in per_seed]
+
+
 # Step-0 credit metrics of lab.json read against the measure (the lab's own "predictive" set).
 PREDICTORS = ("pearson", "spearman", "sign_agree", "rank_acc", "affine_mse", "grad_cos", "grad_snr",
               "grad_t", "length_bonus")
@@ -291,15 +299,12 @@ def predict(record: dict, lab: dict, *, alpha_index: int | None = None) -> dict:
         for key in PREDICTORS:
             if not all(n in credit0 and key in credit0[n] for n in names):
                 continue
-            metric = [[np.nan if v is None else v for v in credit0[n][key]["per_seed"]]
-                      for n in names]
+            metric = _shared_seeds([credit0[n][key]["per_seed"] for n in names])
             rows[key] = _spearman_boot(metric, delta0)
-        success = [[np.nan if v is None else v for v in lt["methods"][n]["success"]["per_seed"]]
-                   for n in names]
+        success = _shared_seeds([lt["methods"][n]["success"]["per_seed"] for n in names])
         final = {step: _spearman_boot([ck["methods"][n]["delta"][ai] for n in names], success)
                  for step, ck in tr["checkpoints"].items()}
-        out[task] = {"alpha": tr["alphas"][ai], "methods": names,
-                     "seeds": len(lt["methods"][names[0]]["success"]["per_seed"]),
+        out[task] = {"alpha": tr["alphas"][ai], "methods": names, "seeds": len(success[0]),
                      "metric_vs_onestep": rows, "onestep_vs_success": final}
     return out
 

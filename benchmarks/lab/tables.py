@@ -597,12 +597,6 @@ def render(record, oracle_record=None, ci=None, puzzle_record=None) -> str:
     return "\n\n".join([head] + [f"**{title}**\n\n{body}" for title, body in sections if body])
 
 
-# The exact tier's row of a user method's verdict (``benchmarks/lab/exact.py``, another branch):
-# ``EXACT_VERDICT(record, name) -> str`` once it is wired in; until then the line says so.
-# >>> EXACT TIER: wire benchmarks.lab.exact here at merge <<<
-EXACT_VERDICT = None
-
-
 def _verdict_part(task, name, other, what) -> str:
     d = _paired_difference(task["methods"][name]["success"], task["methods"][other]["success"])
     if d["mean"] is None:
@@ -613,10 +607,11 @@ def _verdict_part(task, name, other, what) -> str:
     return text + f", unresolved (seeds to resolve: {_need(d)})"
 
 
-def verdicts(record, names) -> list[str]:
+def verdicts(record, names, exact=None) -> list[str]:
     """One line per user method and task: its held-out success paired with GRPO's and with the
     best other method's (by mean success; the controls and the user's methods left out), the
-    interval, resolved or not (and roughly how many seeds would resolve it), and the exact tier."""
+    interval, resolved or not (and roughly how many seeds would resolve it), and the exact tier
+    (``exact``: name -> a short summary of its ``benchmarks.lab.exact.user_rows``; absent: not run)."""
     lines = []
     for t, task in record["tasks"].items():
         kinds = task.get("kinds", {})
@@ -629,8 +624,7 @@ def verdicts(record, names) -> list[str]:
                 parts.append(_verdict_part(task, name, "grpo", "GRPO"))
             if best is not None and best != "grpo":
                 parts.append(_verdict_part(task, name, best, f"the best, {task['methods'][best]['label']},"))
-            exact = EXACT_VERDICT(record, name) if EXACT_VERDICT is not None else None
-            parts.append("exact tier: " + (exact or "not wired in this build (benchmarks/lab/exact.py)"))
+            parts.append("exact tier: " + ((exact or {}).get(name) or "not run"))
             lines.append(f"verdict [{t}] {m['label']}: " + "; ".join(parts))
     return lines
 
