@@ -74,6 +74,7 @@ NOT_TIMED = {
     "read_rollouts": "file I/O (reads a JSONL rollout dump)",
     "write_rollouts": "file I/O (writes a JSONL rollout dump)",
     "pad_rollouts": "host-side Python over ragged rollouts, before any array exists",
+    "rollouts_from_tunix": "host-side conversion of Tunix trajectory objects into Rollouts",
 }
 CASES = ("grpo", "tcpo", "triage", "loss", "lm_head", "sweep")
 
