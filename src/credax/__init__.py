@@ -16,6 +16,8 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_reinforce`` REINFORCE++, REINFORCE++-baseline and GPG (verl's batch-whitened estimators)
 * ``_g2po``     G2PO: the per-prompt state graph's edge advantages
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
+* ``_redistribute`` a trajectory advantage redistributed over turns by per-turn weights
+  (DRACO, VICT, IAPO, TASPO, FACTOR)
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
 * ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
@@ -75,6 +77,7 @@ from ._outcome import rloo_advantages as rloo_advantages
 from ._readers import RolloutFormatError as RolloutFormatError
 from ._readers import read_rollouts as read_rollouts
 from ._readers import write_rollouts as write_rollouts
+from ._redistribute import redistribute_advantages as redistribute_advantages
 from ._reinforce import gpg_advantages as gpg_advantages
 from ._reinforce import reinforce_pp_advantages as reinforce_pp_advantages
 from ._reinforce import reinforce_pp_baseline_advantages as reinforce_pp_baseline_advantages

@@ -193,6 +193,9 @@ _NOTES = {
     "g2po": "G2PO: the rollout's normalised outcome plus the turn's edge in the prompt's graph "
             "of anchor states: the value of the state it reached, normalised among the turns "
             "that left the same state, plus its gain over the state it left (normalised).",
+    "redistribute": "Redistribution (DRACO, VICT, IAPO, TASPO, FACTOR): the rollout's GRPO value "
+                    "spread over its turns by per-turn weights (here |score|), mean-preserving: "
+                    "the turns' mean is the GRPO value, each turn keeps its sign.",
     "gpg": "GPG: the rollout's outcome minus its prompt group's mean, scaled by the batch's "
            "inverse share of nonzero outcomes; the same value on every turn.",
 }
@@ -271,6 +274,11 @@ _ESTIMATORS = [
           lambda b, ns: _args(b.rewards, anchors(b), b.turn_mask, b.group_ids), "turn",
           output=_advantages, checks=COMMON, explain="g2po", note=_NOTES["g2po"],
           tuning=({"omega": 1.0}, {"omega": 0.5})),
+    # GRPO's outcome advantages spread over the turns by |score| weights (any non-negative signal).
+    _call("redistribute_advantages",
+          lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome),
+                                         jnp.abs(turn_rewards(b)), b.turn_mask),
+          "turn", checks=COMMON, explain="redistribute", note=_NOTES["redistribute"]),
     # Per-turn rewards (the scores by default) and their returns to go.
     _call("unbiased_turn_advantages",
           lambda b, ns: _args(turn_rewards(b), b.turn_mask, b.group_ids), "turn", checks=CENTRED,
