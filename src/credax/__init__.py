@@ -21,6 +21,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
 * ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
+* ``_vetta``    VETTA: turn GAE plus the within-response-centred token GAE residual
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
@@ -126,6 +127,8 @@ from ._turns import turn_surprisal as turn_surprisal
 from ._validate import validate_alternatives as validate_alternatives
 from ._validate import validate_rewards as validate_rewards
 from ._validate import validate_turns as validate_turns
+from ._vetta import VETTA as VETTA
+from ._vetta import vetta_advantages as vetta_advantages
 
 __version__ = "0.1.0"
 

@@ -292,6 +292,12 @@ _ESTIMATORS = [
     _call("turn_gae_advantages",
           lambda b, ns: _args(b.scores, b.values, b.token_turn, b.turn_mask), "other",
           needs=("values",), tuning=({"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9})),
+    # VETTA's two heads: the values stand in for both (turn head and token head), the log-probs
+    # for the token rewards. Not on the explain page: its example rollouts have no critic values.
+    _call("vetta_advantages",
+          lambda b, ns: _args(b.scores, b.values, b.logp, b.values, b.token_turn, b.turn_mask),
+          "token", output=_advantages, needs=("values", "logp"),
+          tuning=({"lam": 1.0, "token_lam": 0.95}, {"lam": 0.9, "token_lam": 0.8})),
 ]
 
 # --------------------------------------------------------------------------------------------
