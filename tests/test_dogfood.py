@@ -27,11 +27,11 @@ OUTCOME = calls.CALLS["grpo_advantages"].adapter
 # turn_gae_advantages, vetta_advantages), scalars or fits (aggregate, policy_loss, value_loss,
 # fit_role_constants, optimal_mixing_weight, vapo_lambda, discount_weights), windows/labels
 # (judge_windows, parse_roles, the validators), a ranking whose ties break by row index
-# (select_top_surprisal: not permutation-equivariant on ties), alternatives [B, K, M] (counterfactual_credit), turn_surprisal
-# (token log-probs in, tested in test_turns.py), group_count (integer counts, no float input), and
-# the batch-statistic estimators reinforce_pp_advantages, reinforce_pp_baseline_advantages ([B, T],
-# whitened over the batch's tokens) and gpg_advantages (α counts the batch's nonzero rewards): not
-# group-isolated by design.
+# (select_top_surprisal: not permutation-equivariant on ties), alternatives [B, K, M]
+# (counterfactual_credit), turn_surprisal (token log-probs in, tested in test_turns.py), group_count
+# (integer counts, no float input), and the batch-statistic estimators reinforce_pp_advantages,
+# reinforce_pp_baseline_advantages ([B, T], whitened over the batch's tokens) and gpg_advantages (α
+# counts the batch's nonzero rewards): not group-isolated by design.
 SPECS = [(label, c) for label, c in calls.ALL.items() if c.checks]
 
 CASES = [
