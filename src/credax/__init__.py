@@ -16,6 +16,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_reinforce`` REINFORCE++, REINFORCE++-baseline and GPG (verl's batch-whitened estimators)
 * ``_g2po``     G2PO: the per-prompt state graph's edge advantages
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
+* ``_pgpo``     PGPO: anchor-group potentials, credited as their difference
 * ``_redistribute`` a trajectory advantage redistributed over turns by per-turn weights
   (DRACO, VICT, IAPO, TASPO, FACTOR)
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
@@ -75,6 +76,8 @@ from ._outcome import degenerate_groups as degenerate_groups
 from ._outcome import gdpo_advantages as gdpo_advantages
 from ._outcome import grpo_advantages as grpo_advantages
 from ._outcome import rloo_advantages as rloo_advantages
+from ._pgpo import PGPO as PGPO
+from ._pgpo import pgpo_advantages as pgpo_advantages
 from ._readers import RolloutFormatError as RolloutFormatError
 from ._readers import read_rollouts as read_rollouts
 from ._readers import write_rollouts as write_rollouts

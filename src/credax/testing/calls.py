@@ -196,6 +196,9 @@ _NOTES = {
     "redistribute": "Redistribution (DRACO, VICT, IAPO, TASPO, FACTOR): the rollout's GRPO value "
                     "spread over its turns by per-turn weights (here |score|), mean-preserving: "
                     "the turns' mean is the GRPO value, each turn keeps its sign.",
+    "pgpo": "PGPO: the change of potential a turn caused, Φ(next state) - Φ(state), where Φ is the "
+            "mean discounted return of the prompt group's turns in that anchor state (the last "
+            "turn: its own return minus Φ).",
     "gpg": "GPG: the rollout's outcome minus its prompt group's mean, scaled by the batch's "
            "inverse share of nonzero outcomes; the same value on every turn.",
 }
@@ -270,6 +273,10 @@ _ESTIMATORS = [
           lambda b, ns: _args(b.rewards, turn_rewards(b), anchors(b), b.turn_mask, b.group_ids),
           "turn", output=_advantages, checks=COMMON, explain="hgpo", note=_NOTES["hgpo"],
           tuning=({"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5})),
+    _call("pgpo_advantages",
+          lambda b, ns: _args(turn_rewards(b), anchors(b), b.turn_mask, b.group_ids), "turn",
+          output=_advantages, checks=COMMON, explain="pgpo", note=_NOTES["pgpo"],
+          tuning=({"gamma": 1.0}, {"gamma": 0.9})),
     _call("g2po_advantages",
           lambda b, ns: _args(b.rewards, anchors(b), b.turn_mask, b.group_ids), "turn",
           output=_advantages, checks=COMMON, explain="g2po", note=_NOTES["g2po"],
