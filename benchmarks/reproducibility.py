@@ -5,9 +5,12 @@ the batch axis of an auto-axis mesh of 1, 2, 4 and 8 forced CPU devices, compare
 unsharded single-device result: ``bitwise`` where every output bit is equal on every mesh, else
 the largest absolute difference. Run (it forces 8 host devices itself, so run it as a script)::
 
-    PYTHONPATH=src python benchmarks/reproducibility.py
+    PYTHONPATH=src python benchmarks/reproducibility.py              # batch-sharded inputs
+    PYTHONPATH=src python benchmarks/reproducibility.py --replicate  # the recipe: replicated
 
-Prints one Markdown table row per call.
+Prints one Markdown table row per call; ``--only=name,name`` restricts it to those labels.
+``--replicate`` places every input replicated on the mesh (``PartitionSpec()``) before the call,
+the recipe of the reproducibility guide.
 """
 
 import os
@@ -29,10 +32,11 @@ from credax.testing.batch import TurnBatch  # noqa: E402
 REPLICATED = {"unembedding"}
 
 
-def main() -> None:
+def main(replicate: bool = False, only: set[str] | None = None) -> None:
     host = calls.example_batch(16, 4, 12, seed=0, num_groups=5)
+    table = {label: c for label, c in calls.ALL.items() if only is None or label in only}
     single = {}
-    for label, c in calls.ALL.items():
+    for label, c in table.items():
         single[label] = jax.tree.map(np.asarray, c(host.map(jnp.asarray)))
     worst = {label: 0.0 for label in single}
     for n in (1, 2, 4, 8):
@@ -40,12 +44,13 @@ def main() -> None:
                              devices=jax.devices()[:n])
 
         def place(name, v, mesh=mesh):
-            spec = P() if name in REPLICATED else P("batch", *([None] * (v.ndim - 1)))
+            spec = (P() if replicate or name in REPLICATED
+                    else P("batch", *([None] * (v.ndim - 1))))
             return jax.device_put(v, NamedSharding(mesh, spec))
 
         batch = TurnBatch(*(None if v is None else place(name, v)
                             for name, v in zip(TurnBatch._fields, host, strict=True)))
-        for label, c in calls.ALL.items():
+        for label, c in table.items():
             try:
                 out = jax.tree.map(np.asarray, c(batch))
             except Exception as e:  # noqa: BLE001 - reported, not hidden
@@ -69,4 +74,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    args = sys.argv[1:]
+    picked = [a.split("=", 1)[1] for a in args if a.startswith("--only=")]
+    main(replicate="--replicate" in args, only=set(picked[0].split(",")) if picked else None)
