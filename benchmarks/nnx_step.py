@@ -93,8 +93,8 @@ def tiny(steps: int = 30) -> None:
     old = cnnx.sequence_logprobs(model, tokens, mask)
     batch = cnnx.PolicyBatch(tokens, mask, old, jax.random.normal(keys[1], (B,)))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
-    train_step = _train_step(functools.partial(cnnx.policy_loss_fn, agg="seq-mean-token-mean",
-                                               dual_clip=3.0))
+    train_step = _train_step(functools.partial(
+        cnnx.policy_loss_fn, options=credax.LossOptions(agg="seq-mean-token-mean", dual_clip=3.0)))
     start = time.perf_counter()
     jax.block_until_ready(train_step(model, optimizer, batch))
     compile_s = time.perf_counter() - start

@@ -52,7 +52,8 @@ def compute(credax, arrays: dict) -> dict:
     triage = credax.triage_advantages(grpo, a["roles"], a["turn_mask"], lam=0.2, whiten=True)
     mask = a["token_turn"] >= 0
     loss = credax.policy_loss(a["logp"], a["old_logp"], tcpo.advantages, mask,
-                              token_turn=a["token_turn"], normalizer=a["normalizer"])
+                              token_turn=a["token_turn"],
+                              options=credax.LossOptions(normalizer=a["normalizer"]))
     # The contiguous layout promise on sharded rows: one block of all 32 rows, so the block spans
     # both processes (compared with the general path by the caller).
     block = credax.groups(np.zeros(BATCH, np.int32), layout="contiguous", group_size=BATCH)

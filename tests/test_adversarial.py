@@ -766,9 +766,10 @@ ONES12 = np.ones((1, 2), np.float32)
 MASK12 = np.ones((1, 2), bool)
 
 
-def _loss_and_grad(**options):
+def _loss_and_grad(ref_logp=None, **options):
     def f(lp):
-        return credax.policy_loss(lp, NEG_INF_LP, ONES12, MASK12, **options).loss
+        return credax.policy_loss(lp, NEG_INF_LP, ONES12, MASK12, ref_logp=ref_logp,
+                                  options=credax.LossOptions(**options)).loss
 
     return f(jnp.asarray(NEG_INF_LP)), jax.grad(f)(jnp.asarray(NEG_INF_LP))
 
@@ -849,7 +850,7 @@ LOW_TIE = float(np.float32(1) - np.float32(np.exp(np.float32(-0.2))))  # 1 - ε_
 def _tie_grad(log_r, adv, **options):
     def f(lp):
         return credax.policy_loss(lp, np.zeros((1, 1), np.float32), np.full((1, 1), adv, np.float32),
-                                  np.ones((1, 1), bool), **options).loss
+                                  np.ones((1, 1), bool), options=credax.LossOptions(**options)).loss
 
     return float(jax.grad(f)(jnp.full((1, 1), log_r, jnp.float32))[0, 0])
 
@@ -970,7 +971,7 @@ def _():
 def _():
     batch = credax.nnx.PolicyBatch(np.zeros((1, 2), np.int32), np.ones((1, 2), bool),
                                    np.zeros((1, 2), np.float32), np.ones(1, np.float32))
-    raises(TypeError, r"unknown option\(s\) \['clip_ratio'\]; valid options are .*'clip_high'",
+    raises(TypeError, r"unknown option\(s\) \['clip_ratio'\]; valid options are .*'options'",
            credax.nnx.policy_loss_fn, lambda t: jnp.zeros((1, 2, 3)), batch, clip_ratio=0.2)
 
 
@@ -1037,24 +1038,29 @@ R2 = np.array([1.0, 0.0], np.float32)
 IDS2 = np.array([3, 3])
 KINDS = {"python": float, "numpy": np.float32, "jax": jnp.asarray}
 
+def _loss_with(*args, ref_logp=None, **fields):
+    """``policy_loss`` with ``fields`` in its ``options=`` (a LossOptions checks them when built)."""
+    return credax.policy_loss(*args, ref_logp=ref_logp, options=credax.LossOptions(**fields))
+
+
 HYPER_CASES = [
     # (label, function, argument, bad value, extra keyword arguments)
-    ("clip_low_above_1", credax.policy_loss, "clip_low", 1.5, {}),
-    ("clip_low_zero", credax.policy_loss, "clip_low", 0.0, {}),
-    ("clip_low_nan", credax.policy_loss, "clip_low", NAN, {}),
-    ("clip_high_zero", credax.policy_loss, "clip_high", 0.0, {}),
-    ("clip_high_inf", credax.policy_loss, "clip_high", INF, {}),
-    ("dual_clip_half", credax.policy_loss, "dual_clip", 0.5, {}),
-    ("dual_clip_nan", credax.policy_loss, "dual_clip", NAN, {}),
-    ("kl_coef_negative", credax.policy_loss, "kl_coef", -1.0, {"ref_logp": Z22}),
-    ("kl_coef_nan", credax.policy_loss, "kl_coef", NAN, {"ref_logp": Z22}),
-    ("kl_coef_without_ref", credax.policy_loss, "kl_coef", 0.1, {}),
-    ("normalizer_negative", credax.policy_loss, "normalizer", -4.0, {}),
-    ("normalizer_zero", credax.policy_loss, "normalizer", 0.0, {}),
-    ("normalizer_inf", credax.policy_loss, "normalizer", INF, {}),
-    ("kl_clamp_zero", credax.policy_loss, "kl_clamp", 0.0, {"ref_logp": Z22}),
-    ("log_ratio_clamp_zero", credax.policy_loss, "log_ratio_clamp", 0.0, {}),
-    ("log_ratio_clamp_nan", credax.policy_loss, "log_ratio_clamp", NAN, {}),
+    ("clip_low_above_1", _loss_with, "clip_low", 1.5, {}),
+    ("clip_low_zero", _loss_with, "clip_low", 0.0, {}),
+    ("clip_low_nan", _loss_with, "clip_low", NAN, {}),
+    ("clip_high_zero", _loss_with, "clip_high", 0.0, {}),
+    ("clip_high_inf", _loss_with, "clip_high", INF, {}),
+    ("dual_clip_half", _loss_with, "dual_clip", 0.5, {}),
+    ("dual_clip_nan", _loss_with, "dual_clip", NAN, {}),
+    ("kl_coef_negative", _loss_with, "kl_coef", -1.0, {"ref_logp": Z22}),
+    ("kl_coef_nan", _loss_with, "kl_coef", NAN, {"ref_logp": Z22}),
+    ("kl_coef_without_ref", _loss_with, "kl_coef", 0.1, {}),
+    ("normalizer_negative", _loss_with, "normalizer", -4.0, {}),
+    ("normalizer_zero", _loss_with, "normalizer", 0.0, {}),
+    ("normalizer_inf", _loss_with, "normalizer", INF, {}),
+    ("kl_clamp_zero", _loss_with, "kl_clamp", 0.0, {"ref_logp": Z22}),
+    ("log_ratio_clamp_zero", _loss_with, "log_ratio_clamp", 0.0, {}),
+    ("log_ratio_clamp_nan", _loss_with, "log_ratio_clamp", NAN, {}),
 ]
 for _label, _fn, _arg, _bad, _extra in HYPER_CASES:
     for _kind, _make in KINDS.items():
@@ -1163,11 +1169,11 @@ def _():
 
 @probe("c3_log_ratio_clamp_pair")
 def _():
-    raises(ValueError, "`log_ratio_clamp`", credax.policy_loss, Z22, Z22, R2, M22,
+    raises(ValueError, "`log_ratio_clamp`", _loss_with, Z22, Z22, R2, M22,
            log_ratio_clamp=(1.0, 2.0))
-    raises(ValueError, "`log_ratio_clamp`", credax.policy_loss, Z22, Z22, R2, M22,
+    raises(ValueError, "`log_ratio_clamp`", _loss_with, Z22, Z22, R2, M22,
            log_ratio_clamp=(-1.0, jnp.asarray(-0.5)))
-    raises(ValueError, "`log_ratio_clamp`", credax.policy_loss, Z22, Z22, R2, M22,
+    raises(ValueError, "`log_ratio_clamp`", _loss_with, Z22, Z22, R2, M22,
            log_ratio_clamp=(-1.0, 1.0, 2.0))
 
 

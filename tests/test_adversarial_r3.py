@@ -273,9 +273,17 @@ for _name, _preset in MAPPING_PRESETS.items():
 
         # The mapping presets were MappingProxyType objects, which copy, deepcopy and pickle
         # refuse ("cannot pickle 'mappingproxy' object"); now presets.Options.
+        # The loss presets are credax.LossOptions values since #36 (compared by .asdict(), set
+        # by .replace()); HGPO's is still a read-only mapping.
         def _p(preset=_preset, fn=_fn):
             other = fn(preset)
-            assert dict(other) == dict(preset) and type(other) is type(preset)
+            assert type(other) is type(preset)
+            if isinstance(preset, credax.LossOptions):
+                assert other == preset and other.asdict() == preset.asdict()
+                with pytest.raises(AttributeError):
+                    other.clip_low = 0.0  # still immutable
+                return
+            assert dict(other) == dict(preset)
             with pytest.raises((AttributeError, TypeError)):
                 other["clip_low" if "clip_low" in other else "history"] = 0  # still read-only
 
@@ -1046,7 +1054,7 @@ for _dt, _vals in (("uint8", [200, 200, 7, 7]), ("uint16", [60000, 60000, 7, 7])
                    ("uint32", [2**32 - 1, 2**32 - 1, 7, 7]), ("uint64", [2**63, 2**63, 7, 7])):
 
     def _p(dt=_dt, vals=_vals):
-        import torch
+        torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
         ids = torch.tensor(vals, dtype=getattr(torch, dt))
         out = _ct().grpo_advantages(torch.tensor(R4), ids)
         np.testing.assert_allclose(out.numpy(), [0.7071, -0.7071, 0.0, 0.0], atol=1e-4)
@@ -1057,7 +1065,7 @@ for _dt in ("uint8", "uint16", "uint32", "uint64"):
 
     def _p(dt=_dt):
         # Before: uint32 / uint64 raised NotImplementedError ("aminmax_cpu" not implemented).
-        import torch
+        torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
         tt = torch.tensor([[0, 1, 1, 0]], dtype=getattr(torch, dt))
         out = _ct().broadcast_to_tokens(torch.tensor([[3.0, 4.0]]), tt)
         assert out.tolist() == [[3.0, 4.0, 4.0, 3.0]]
@@ -1067,7 +1075,7 @@ for _dt in ("uint8", "uint16", "uint32", "uint64"):
 for _dt, _big in (("uint32", 2**32 - 1), ("uint64", 2**64 - 1), ("uint64_top", 2**63)):
 
     def _p(dt=_dt, big=_big):
-        import torch
+        torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
         tt = torch.tensor([[0, 1, big]], dtype=getattr(torch, dt.removesuffix("_top")))
         raises(ValueError, r"`token_turn`.*int32", _ct().broadcast_to_tokens,
                torch.tensor([[3.0, 4.0]]), tt)
@@ -1076,7 +1084,7 @@ for _dt, _big in (("uint32", 2**32 - 1), ("uint64", 2**64 - 1), ("uint64_top", 2
 
 
 def _meta_calls():
-    import torch
+    torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
     ct = _ct()
     meta = torch.empty(4, device="meta")
     meta_ids = torch.empty(4, dtype=torch.int64, device="meta")
@@ -1107,7 +1115,7 @@ for _label in ("rewards", "group_ids", "both", "groups", "to_jax", "dense_ids",
 
 @probe("torch", "float64_beyond_float32")
 def _():
-    import torch
+    torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
     x = torch.tensor([1e39, 0.0, 0.5, 0.5], dtype=torch.float64)
     raises(ValueError, r"`rewards` holds 1e\+39.*float32", _ct().grpo_advantages, x,
            torch.tensor([0, 0, 1, 1]))

@@ -34,6 +34,7 @@ ADDITIONS = {
     "validate_rewards", "validate_alternatives",  # eager checks of [B] rewards and alternatives (#13)
     "Normalization",  # issue 12: the one normalisation options object
     "policy_loss_from_hidden",  # issue 31: the fused LM-head policy loss (three GEMMs a chunk)
+    "LossOptions",  # issue 36: the one options value of the policy loss
 }
 # Issue 15's estimators (documented in docs/guides/estimators.md), listed by hand from the issue.
 ESTIMATORS = {
@@ -62,6 +63,7 @@ ISSUE_30 = {
 ROLLOUTS = {
     "Rollout", "Turn", "Buckets", "pad_rollouts", "PaddedRollouts", "RolloutBatch",
     "RolloutLayout", "read_rollouts", "write_rollouts", "RolloutFormatError",
+    "rollouts_from_tunix",  # issue 39: Tunix's trajectories in memory (format="tunix" on disk)
 }
 
 

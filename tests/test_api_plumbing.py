@@ -72,19 +72,21 @@ MASK = jnp.ones((1, 3), bool)
 def test_concrete_hyperparameter_is_range_checked(bad):
     # A committed JAX scalar is concrete too: it is read back and checked like a float.
     with pytest.raises(ValueError, match="clip_low"):
-        credax.policy_loss(LOGP, OLD, ADV, MASK, clip_low=bad)
+        credax.policy_loss(LOGP, OLD, ADV, MASK, options=credax.LossOptions(clip_low=bad))
 
 
 def test_python_float_inside_a_user_jit_is_still_checked():
     with pytest.raises(ValueError, match="clip_low"):
-        jax.jit(lambda lp: credax.policy_loss(lp, OLD, ADV, MASK, clip_low=1.5).loss)(LOGP)
+        jax.jit(lambda lp: credax.policy_loss(lp, OLD, ADV, MASK,
+                                              options=credax.LossOptions(clip_low=1.5)).loss)(LOGP)
 
 
 def test_traced_hyperparameter_is_used_as_given():
     # clip_low = 1.5 puts the lower bound at -0.5: no ratio is below it. Hand-worked, ratios
     # r = (1, 0.5, 2), A = (1, -1, 1), clip_high = 0.2: per-token losses max(-A r, -A clip(r)) =
     # (-1, 0.5, -1.2); token mean = -1.7 / 3.
-    loss = jax.jit(lambda c: credax.policy_loss(LOGP, OLD, ADV, MASK, clip_low=c).loss)(1.5)
+    loss = jax.jit(lambda c: credax.policy_loss(LOGP, OLD, ADV, MASK,
+                                                options=credax.LossOptions(clip_low=c)).loss)(1.5)
     np.testing.assert_allclose(float(loss), -1.7 / 3, rtol=1e-6)
 
 

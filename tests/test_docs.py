@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 
 import credax
@@ -35,7 +36,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
 # A python block and, if the marker follows it, the text block showing what it prints.
 BLOCK_AND_OUTPUT = re.compile(r"^```python\n(.*?)^```\n(?:<!-- prints -->\n```text\n(.*?)^```)?",
                               flags=re.S | re.M)
-PRINTS_SHOWN = {"docs/guides/first-loop.md", "docs/guides/rollouts.md"}
+PRINTS_SHOWN = {"README.md", "docs/guides/first-loop.md", "docs/guides/rollouts.md"}
 _CHECKER = doctest.OutputChecker()
 _FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -51,24 +52,51 @@ def _load(name):
     return module
 
 
-@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
-def test_python_blocks_run(path):
+# Pages whose blocks run in one fresh interpreter, as a reader's script does, and the module each
+# needs (skipped without it): Tunix trains in threads of its own, where the suite's strict dtype
+# promotion would apply (`jax.numpy_dtype_promotion("standard")` is thread-local).
+FRESH = {"docs/guides/tunix.md": "tunix"}
+
+
+def _exec_blocks(path):
+    """Run a page's python blocks top to bottom in one namespace: (name, shown, printed) each."""
     ns = {"__name__": "docs"}
     page = path.relative_to(ROOT).as_posix()
-    # A reader runs these with JAX's standard promotion (optax's adamw, for one, mixes a Python
-    # float with an int32 step count, which the suite's strict mode rejects).
-    with jax.numpy_dtype_promotion("standard"):
-        for index, (block, shown) in enumerate(BLOCK_AND_OUTPUT.findall(path.read_text())):
-            name = f"{page}[block {index}]"
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(compile(block, name, "exec"), ns)
-            printed = out.getvalue()
-            if shown:
-                assert _CHECKER.check_output(shown, printed, _FLAGS), (
-                    f"{name} prints\n{printed}\nbut the page shows\n{shown}")
-            elif page in PRINTS_SHOWN:
-                assert not printed, f"{name} prints\n{printed}\nbut the page shows no output"
+    results = []
+    for index, (block, shown) in enumerate(BLOCK_AND_OUTPUT.findall(path.read_text())):
+        name = f"{page}[block {index}]"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, name, "exec"), ns)
+        results.append((name, shown, out.getvalue()))
+    return results
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_python_blocks_run(path, tmp_path):
+    page = path.relative_to(ROOT).as_posix()
+    if page in FRESH:
+        if importlib.util.find_spec(FRESH[page]) is None:
+            pytest.skip(f"{page} needs {FRESH[page]} (its extra is not installed)")
+        result = tmp_path / "blocks.json"
+        done = subprocess.run([sys.executable, __file__, str(path), str(result)], capture_output=True,
+                              text=True, timeout=1200, cwd=ROOT)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+        import json
+
+        results = json.loads(result.read_text())
+    else:
+        # A reader runs these with JAX's standard promotion (optax's adamw, for one, mixes a
+        # Python float with an int32 step count, which the suite's strict mode rejects).
+        # np.printoptions(): a page that sets print options (the quickstart) leaves them there.
+        with jax.numpy_dtype_promotion("standard"), np.printoptions():
+            results = _exec_blocks(path)
+    for name, shown, printed in results:
+        if shown:
+            assert _CHECKER.check_output(shown, printed, _FLAGS), (
+                f"{name} prints\n{printed}\nbut the page shows\n{shown}")
+        elif page in PRINTS_SHOWN or page in FRESH:
+            assert not printed, f"{name} prints\n{printed}\nbut the page shows no output"
 
 
 def test_shown_output_is_checked():
@@ -82,7 +110,11 @@ def test_shown_output_is_checked():
 
 def test_readme_has_the_quickstart_and_it_computes_grpo():
     ns = {"__name__": "docs"}
-    exec(compile(_blocks(ROOT / "README.md")[0], "README.md[quickstart]", "exec"), ns)
+    with np.printoptions(), contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(_blocks(ROOT / "README.md")[0], "README.md[quickstart]", "exec"), ns)
+    # What it prints is shown under it (and checked by test_python_blocks_run).
+    ((block, shown),) = BLOCK_AND_OUTPUT.findall((ROOT / "README.md").read_text())[:1]
+    assert shown.count("\n") >= 5
     # Prompt 17 = (1, 0, 1): μ = 2/3, unbiased σ = sqrt((1/9 + 4/9 + 1/9) / 2) = sqrt(1/3).
     sigma = (1 / 3) ** 0.5
     expected = [(1 / 3) / sigma, (-2 / 3) / sigma, (1 / 3) / sigma, 0.0, 0.0, 0.0]
@@ -169,3 +201,10 @@ def test_api_pages_cover_every_module():
     modules = {n for n in credax.__all__ if inspect.ismodule(getattr(credax, n))}
     assert all(f"::: credax.{n}" in listed for n in credax.__all__ if n not in modules)
     assert {"api/index.md", "api/presets.md", "api/nnx.md", "api/testing.md"} <= set(pages)
+
+
+if __name__ == "__main__":  # a FRESH page: python tests/test_docs.py PAGE OUT.json
+    import json
+
+    with open(sys.argv[2], "w") as fh:
+        json.dump(_exec_blocks(pathlib.Path(sys.argv[1]).resolve()), fh)

@@ -77,11 +77,12 @@ def test_policy_loss_entropy_bonus():
     logp = jnp.zeros((1, 2))
     ent = jnp.array([[1.0, 3.0]])
     out = credax.policy_loss(logp, logp, jnp.zeros((1, 2)), jnp.ones((1, 2), bool), entropy=ent,
-                             entropy_coef=0.1)
+                             options=credax.LossOptions(entropy_coef=0.1))
     np.testing.assert_allclose(out.loss, -0.2, atol=1e-6)
     np.testing.assert_allclose(out.metrics.entropy, 2.0, atol=1e-6)
     try:
-        credax.policy_loss(logp, logp, jnp.zeros((1, 2)), jnp.ones((1, 2), bool), entropy_coef=0.1)
+        credax.policy_loss(logp, logp, jnp.zeros((1, 2)), jnp.ones((1, 2), bool),
+                           options=credax.LossOptions(entropy_coef=0.1))
     except ValueError as err:
         assert "`entropy" in str(err)
     else:

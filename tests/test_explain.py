@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -128,35 +129,82 @@ def test_import_credax_needs_no_matplotlib():
 def chromium():
     if not os.path.exists(CHROMIUM):
         if shutil.which("apt-get") is None:
-            pytest.fail("Chromium is missing and apt-get is not available to install it")
-        subprocess.run("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium",
-                       shell=True, check=True, capture_output=True, timeout=1200)
+            pytest.skip("Chromium is missing and there is no apt-get to install it")
+        done = subprocess.run("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+                              "chromium", shell=True, capture_output=True, text=True, timeout=1200)
+        if done.returncode != 0 or not os.path.exists(CHROMIUM):
+            pytest.skip(f"Chromium is missing and `apt-get install chromium` failed "
+                        f"(exit {done.returncode}): {done.stderr.strip()[-500:]}")
     return CHROMIUM
 
 
 def _chromium(binary, tmp_path, *args):
-    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--disable-background-networking",
            "--disable-component-update", "--disable-sync", "--no-first-run",
            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
 
 
-def test_html_page_in_headless_chromium(explained, chromium, tmp_path):
-    out_dir, _ = explained
-    url = (out_dir / "index.html").as_uri()
-    dom = _chromium(chromium, tmp_path, "--dump-dom", url)
+@pytest.fixture(scope="module")
+def half(tmp_path_factory):
+    """The example with its first two prompt groups as shipped and the other two stripped to
+    scores (no roles, anchors or step rewards): a page with greyed methods in two groups. One
+    rollout of 16 turns makes group 0's heatmap 12 inches (1200 px) wide: wider than the window."""
+    from credax import explain as cx
+
+    work = tmp_path_factory.mktemp("half")
+    rollouts = credax.read_rollouts(EXAMPLE)
+    keep = list(dict.fromkeys(r.prompt_id for r in rollouts))[:2]
+    long = credax.Rollout(keep[0], [credax.Turn([k], (k % 5) / 4, role="E", anchor=f"s{k % 3}")
+                                    for k in range(16)])
+    credax.write_rollouts(work / "half.jsonl", [long] + [
+        r if r.prompt_id in keep else credax.Rollout(
+            r.prompt_id, [credax.Turn(t.action, t.score) for t in r.turns]) for r in rollouts])
+    assert cx.main([str(work / "half.jsonl"), "--methods", METHODS + ",unbiased_turn",
+                    "--out", str(work / "out"), "--quiet"]) == 0
+    return work / "out"
+
+
+def test_html_page_in_headless_chromium(half, chromium, tmp_path):
+    url = (half / "index.html").as_uri()
+    # 800 px wide: the page's own load handler records what the browser laid out.
+    dom = _chromium(chromium, tmp_path, "--dump-dom", "--window-size=800,2000", url)
     assert dom.returncode == 0, dom.stderr
-    n_groups = len(list(out_dir.glob("group_*.png")))
+    n_groups = len(list(half.glob("group_*.png")))
     assert n_groups == 4
-    # The page's own load handler counts images that decoded (naturalWidth > 0).
-    assert f'data-images-loaded="{n_groups}/{n_groups}"' in dom.stdout
+    (body,) = re.findall(r"<body [^>]*>", dom.stdout)
+    attrs = dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', body))
+    assert attrs["data-images-loaded"] == f"{n_groups}/{n_groups}"  # each PNG decoded
+    # The smallest cell label as drawn on screen (its PNG size times the image's on-screen
+    # scale; before: heatmaps were shrunk to the window, labels ~5 px) and no page-wide
+    # horizontal scroll (a wide heatmap or table scrolls in its own box).
+    assert float(attrs["data-min-label-px"]) >= 10.5, attrs
+    width, window = map(int, attrs["data-page-width"].split("/"))
+    assert window == 800 and width <= window, attrs
     assert '<table id="summary">' in dom.stdout
-    for m in METHODS.split(","):
-        assert f"<th>{m}</th>" in dom.stdout
+    for m in ("grpo", "rloo", "tcpo"):
+        assert f"<tr><th>{m}</th>" in dom.stdout
+    # Greyed with the reason: in the method list, and in the two stripped groups only.
+    for m in ("triage", "gigpo", "mt_grpo", "unbiased_turn"):
+        assert f'<li class="not-computed" data-method="{m}"><b>{m}</b>' in dom.stdout
+    groups = dom.stdout.split('<h2 id="group-')[1:]
+    assert ['<ul class="not-computed">' in g for g in groups] == [False, False, True, True]
+    assert "no turn in this group has a judge <code>role</code>" in groups[2]
+    assert "tcpo: its parts" in groups[0]
     shot = tmp_path / "page.png"
-    res = _chromium(chromium, tmp_path, f"--screenshot={shot}", "--window-size=1280,1600", url)
+    res = _chromium(chromium, tmp_path, f"--screenshot={shot}", "--window-size=800,3000",
+                    "--hide-scrollbars", url)
     assert res.returncode == 0, res.stderr
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    # The screenshot is 800 px wide and shows the greyed rows' background (#eeeeee) and the
+    # heatmaps' colours: what was laid out was drawn.
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.shape[1] == 800
+    grey = np.all(np.abs(pixels - 0xEE / 255) < 0.004, axis=-1)
+    assert grey.sum() > 5_000
     keep = os.environ.get("CREDAX_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)

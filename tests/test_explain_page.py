@@ -22,9 +22,12 @@ from credax import explain as cx
 
 
 def _rollouts():
-    # Prompt ("a", 1) has rollouts of 2 and 1 turns: the second row's turn 1 is padding.
-    return [Rollout(("a", 1), [Turn([1], 0.0, role="E"), Turn([2], 1.0, role="D")]),
-            Rollout(("a", 1), [Turn([3], 0.5)]),
+    # Prompt ("a", 1) has rollouts of 2 and 1 turns: the second row's turn 1 is padding. It has
+    # roles, anchors and a step reward, so every method is computed there; the other two groups
+    # have none of them.
+    return [Rollout(("a", 1), [Turn([1], 0.0, role="E", anchor="s"),
+                               Turn([2], 1.0, role="D", reward=1.0, anchor="t")]),
+            Rollout(("a", 1), [Turn([3], 0.5, anchor="s")]),
             Rollout("$\\frac{x$", [Turn([4], 0.0)]), Rollout("$\\frac{x$", [Turn([5], 1.0)]),
             Rollout(2**40 + 7, [Turn([6], 1.0)])]
 
@@ -43,7 +46,7 @@ def test_one_sentence_per_method_and_the_colour_legend(page):
     for m in cx.METHODS:
         note = cx.METHOD_NOTES[m]
         assert note.count(". ") == 0 and note.endswith(".")  # one sentence
-        assert f"<li><b>{m}</b> — " in text
+        assert f"<b>{m}</b> — " in text
     assert "blue = the method pushes the turn" in text
     assert "hatched grey = the rollout has no such turn" in text
     # What each sentence says it normalises over is what the method does (spot checks).
@@ -189,3 +192,208 @@ def test_cli_without_matplotlib_stops_before_writing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["credit.json", "index.html"]
     assert "0 heatmaps" in done.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# #39 part 5: a method whose inputs are not in the file is not computed, and says why.
+# ------------------------------------------------------------------------------------------
+
+EXAMPLE_ROLLOUTS = credax.read_rollouts(cx.EXAMPLE)
+
+
+def _bare(rollouts):
+    """The rollouts with scores only: no role, anchor, step reward or outcome."""
+    return [Rollout(r.prompt_id, [Turn(t.action, t.score) for t in r.turns]) for r in rollouts]
+
+
+def _filled(rollouts, seed=0):
+    """The bare rollouts with random roles, anchors and step rewards on every turn."""
+    rng = np.random.default_rng(seed)
+    return [Rollout(r.prompt_id, [Turn(t.action, t.score, role=str(rng.choice(list("DENR"))),
+                                       reward=float(rng.normal()), anchor=int(rng.integers(3)))
+                                  for t in r.turns]) for r in _bare(rollouts)]
+
+
+# What each method's formula reads beyond scores and outcomes (SPEC / the method notes):
+# TRIAGE the judge roles, MT-GRPO and the turn baseline the step rewards, GiGPO and HGPO both
+# step rewards and anchor states, G2PO anchor states. Before the fix all of them were drawn: as
+# zeros (HGPO, the turn baseline) or as a copy of GRPO (GiGPO, MT-GRPO, TRIAGE).
+NEEDS = {"triage": ["role"], "mt_grpo": ["reward"], "unbiased_turn": ["reward"],
+         "gigpo": ["anchor", "reward"], "hgpo": ["anchor", "reward"], "g2po": ["anchor"]}
+
+
+def test_a_method_without_its_inputs_is_not_computed():
+    ex = cx.explain(_bare(EXAMPLE_ROLLOUTS), list(cx.METHODS))
+    for m, keys in NEEDS.items():
+        why = ex.not_computed[m]
+        assert all(f"`{key}`" in why for key in keys), (m, why)
+        assert "in the file" in why
+        assert all(np.isnan(v).all() for v in ex.credit[m])  # never a number
+        assert set(ex.missing[m]) == set(range(len(ex.prompt_keys)))
+    for m in ("grpo", "rloo", "gpg", "tcpo"):  # outcomes and scores only: computed
+        assert m not in ex.not_computed and not ex.missing[m]
+        assert all(np.isfinite(v).all() for v in ex.credit[m])
+    # The terminal table says n/a, never +0.00.
+    line = cx.table(ex).splitlines()[2]
+    assert line.split()[4:6] != ["n/a"] and "n/a" in line
+
+
+def test_what_is_computed_does_not_depend_on_what_the_file_lacks():
+    # Decided from what each call reads: a method shown on the bare file gives the same credit
+    # when the file has random roles, anchors and step rewards (it does not read them), for every
+    # method in the call table, present or future.
+    bare = cx.explain(_bare(EXAMPLE_ROLLOUTS), list(cx.METHODS))
+    for seed in (0, 1):
+        filled = cx.explain(_filled(EXAMPLE_ROLLOUTS, seed), list(cx.METHODS))
+        assert not filled.not_computed
+        for m in cx.METHODS:
+            if m in bare.not_computed:
+                continue
+            for a, b in zip(bare.credit[m], filled.credit[m], strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=m)
+    # ... and a method greyed on the bare file does read them: its credit changes.
+    filled = cx.explain(_filled(EXAMPLE_ROLLOUTS, 0), list(NEEDS))
+    other = cx.explain(_filled(EXAMPLE_ROLLOUTS, 1), list(NEEDS))
+    for m in NEEDS:
+        assert not all(np.allclose(a, b) for a, b in zip(filled.credit[m], other.credit[m],
+                                                          strict=True)), m
+
+
+def test_missing_in_some_groups_is_greyed_there_only(page):
+    ex, out, images, text = page
+    # Group 0 has roles, anchors and a reward; groups 1 and 2 have none.
+    for m in NEEDS:
+        assert set(ex.missing[m]) == {1, 2}, m
+        assert "in 2 of the 3 prompt groups" in ex.not_computed[m]
+        assert np.isfinite(np.concatenate([ex.credit[m][i] for i in ex.groups()[0]])).all()
+        assert all(np.isnan(ex.credit[m][i]).all() for g in (1, 2) for i in ex.groups()[g])
+    data = json.loads((out / "credit.json").read_text())
+    assert set(data["not_computed"]) == set(NEEDS)
+    for rec in data["rollouts"]:
+        for m in NEEDS:
+            assert (rec["credit"][m] is None) == (rec["group"] != 0)
+            assert (m in rec["not_computed"]) == (rec["group"] != 0)
+    # The page: greyed with the reason in the method list, per group, and in the summary.
+    assert '<li class="not-computed" data-method="gigpo"><b>gigpo</b>' in text
+    assert "computed in 1 groups of 3" in text
+    sections = text.split('<h2 id="group-')[1:]
+    assert len(sections) == 3
+    assert 'class="not-computed"' not in sections[0]
+    for section in sections[1:]:
+        for m in NEEDS:
+            assert f'<li data-method="{m}"><b>{m}</b> not computed for this group: ' in section
+            assert f"<th>{m}</th>" not in section  # no rows of numbers for it
+    assert "no turn in this group has a judge <code>role</code>" in sections[1]
+
+
+def test_not_computed_panels_are_grey_with_the_reason(page):
+    ex, *_ = page
+    fig = cx.heatmap_figure(ex, ex.groups()[1], "t")
+    titles = [ax.get_title() for ax in fig.axes[:len(cx.METHODS)]]
+    for m in cx.METHODS:
+        assert (f"{m}: not computed" in titles) == (m in NEEDS), m
+    grey = [ax for ax in fig.axes if ax.get_title().endswith("not computed")]
+    for ax in grey:
+        assert not ax.images  # no colours: nothing that reads as a value
+        (label,) = ax.texts
+        m = ax.get_title().split(":")[0]
+        assert label.get_text().replace("\n", " ") == ex.missing[m][1].replace("`", "")
+
+
+def test_stderr_warns_for_each_method_not_computed(tmp_path, capsys):
+    credax.write_rollouts(tmp_path / "bare.jsonl", _bare(EXAMPLE_ROLLOUTS))
+    assert cx.main([str(tmp_path / "bare.jsonl"), "--methods", "grpo,tcpo,hgpo,triage",
+                    "--out", str(tmp_path / "o"), "--no-heatmaps", "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split()[2] for line in err] == ["hgpo", "triage"]
+    assert err[1] == ("credax.explain: warning: triage not computed (no turn in the file has a "
+                      "judge `role`): greyed out on the page, null in credit.json.")
+
+
+def test_one_colour_scale_for_every_group(page):
+    ex, out, images, text = page
+    data = json.loads((out / "credit.json").read_text())
+    # The largest |advantage| of the file, read back from credit.json (nulls skipped).
+    largest = max(abs(v) for rec in data["rollouts"] for c in rec["credit"].values() if c
+                  for v in c)
+    scales = set()
+    for rows in ex.groups():
+        fig = cx.heatmap_figure(ex, rows, "t")
+        norms = {(im.norm.vmin, im.norm.vmax) for ax in fig.axes for im in ax.images}
+        scales |= {n for n in norms if n != (0, 1)}  # the colour bar's own axes image
+    assert len(scales) == 1
+    ((low, high),) = scales
+    assert high == pytest.approx(largest, rel=1e-6) and low == -high
+    assert f"runs from −{largest:.2f} to +{largest:.2f} on every heatmap" in text
+
+
+def test_tcpo_parts_explain_a_zero(tmp_path):
+    # Two rollouts of one prompt, scores (0.5, 1.0) and (0.5, 0.5). Turn 0: both went 0.00 ->
+    # 0.50 (best before: the initial 0), so both have retrospective 0.5, hindsight 0 (improving
+    # turns are not eligible), sum 0.5 = the group's mean: advantage 0. Turn 1: row 0 is a new best
+    # (+0.5); row 1 is eligible for hindsight but its only peer (row 0) is not: hindsight 0, sum 0;
+    # mean 0.25, so row 0 > 0 > row 1.
+    rs = [Rollout("p", [Turn([1], 0.5), Turn([2], 1.0)]), Rollout("p", [Turn([3], 0.5), Turn([4], 0.5)])]
+    ex = cx.explain(rs, ["tcpo"])
+    parts = ex.parts["tcpo"]
+    expected = {"best score before": [[0.0, 0.5], [0.0, 0.5]],
+                "retrospective (progress)": [[0.5, 0.5], [0.5, 0.0]],
+                "hindsight": [[0.0, 0.0], [0.0, 0.0]],
+                "sum before the z-score": [[0.5, 0.5], [0.5, 0.0]]}
+    for label, rows in expected.items():
+        np.testing.assert_allclose(parts[label], rows, atol=1e-7, err_msg=label)
+    assert ex.credit["tcpo"][0][0] == 0 and ex.credit["tcpo"][1][0] == 0
+    assert ex.credit["tcpo"][0][1] > 0 > ex.credit["tcpo"][1][1]
+    cx.write_outputs(ex, str(tmp_path), name="x")
+    text = (tmp_path / "index.html").read_text()
+    rows = [line for line in text.splitlines() if line.startswith('<tr class="part"><th>#0</th>')]
+    assert [r.split("</th>")[1].removeprefix("<th>") for r in rows] == [
+        "score", "best score before", "retrospective (progress)", "hindsight",
+        "sum before the z-score", "group mean of the sum", "advantage (after the z-score)"]
+    assert rows[5].endswith("<td>0.500</td><td>0.250</td></tr>")  # the group's mean sum per turn
+    assert 'class="">+0.000</td>' in rows[6]
+
+
+def test_cell_labels_fit_their_cells_and_are_readable(page):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    ex, *_ = page
+    assert cx.LABEL_PX >= 10  # px in the PNG, shown at its own size (the browser test checks it)
+    for rows in ex.groups():
+        fig = cx.heatmap_figure(ex, rows, "t")
+        canvas = FigureCanvasAgg(fig)  # the PNG's renderer (what savefig draws with)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        for ax in fig.axes:
+            box = ax.get_window_extent(renderer)
+            labels = [t.get_window_extent(renderer) for t in ax.texts]
+            if not ax.images:  # a grey panel: its reason inside it
+                assert all(box.x0 <= b.x0 and b.x1 <= box.x1 for b in labels)
+                continue
+            n, k = ax.images[0].get_array().shape
+            cell_w, cell_h = box.width / k, box.height / n
+            for b in labels:
+                assert b.width < cell_w and b.height < cell_h, (b, cell_w, cell_h)
+            for i, a in enumerate(labels):  # and none overlaps another
+                assert not any(a.overlaps(b) for b in labels[i + 1:])
+            assert all(t.get_fontsize() * fig.dpi / 72 >= 10 for t in ax.texts)
+
+
+def test_out_below_a_file_exits_2_before_printing(tmp_path, capsys):
+    target = tmp_path / "report.html"
+    target.write_text("keep me")
+    # Before: the table was printed, then os.makedirs raised NotADirectoryError.
+    for out in (target / "sub", target / "a" / "b"):
+        assert cx.main(["--example", "--out", str(out), "--methods", "grpo"]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert f"{str(target)!r} above it is a file, not a directory" in captured.err
+    assert target.read_text() == "keep me"
+
+
+def test_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cx.main(["--help"])
+    assert exit_.value.code == 0
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines at hyphens
+    assert "(default:credax-explain)" in text and "(default:grpo,tcpo,triage)" in text

@@ -118,6 +118,22 @@ def test_turn_baseline_is_return_to_go_against_the_other_rollouts_at_that_turn()
                                atol=1e-6)
 
 
+def test_turn_baseline_with_the_past_return_added_back_is_the_outcome_against_peers_at_that_turn():
+    # The same batch as above: outcomes R = (0.8, 0.4, 0.3). Turn 0 peers: all three, leave-one-out
+    # means (.35, .55, .6) -> A = [.45, -.15, -.3] (turn 0 has no past: as turn_baseline). Turn 1
+    # peers: rows 0 and 2; row 0: 0.8 - 0.3 = .5, row 2: 0.3 - 0.8 = -.5 (turn_baseline gave 0
+    # to both: their returns to go at turn 1 are equal, their pasts 0.4 and -0.1 differ).
+    mask = [[True, True], [True, False], [True, True]]
+    ctx = context([[0.5, 1.0], [0.5, 0.0], [0.0, 0.5]], mask, [0.8, 0.4, 0.3], [0, 0, 0])
+    got = M.turn_baseline_outcome(ctx, S)
+    np.testing.assert_allclose(got, [[0.45, 0.5], [-0.15, 0.0], [-0.3, -0.5]], atol=1e-6)
+    # The difference from turn_baseline is the row's past return minus its peers' mean past.
+    past = np.asarray([[0.0, 0.4], [0.0, 0.0], [0.0, -0.1]])
+    peers_past = np.asarray([[0.0, -0.1], [0.0, 0.0], [0.0, 0.4]])
+    np.testing.assert_allclose(np.asarray(got) - np.asarray(M.turn_baseline(ctx, S)),
+                               np.where(mask, past - peers_past, 0.0), atol=1e-6)
+
+
 def test_gpg_and_reinforce_pp_baseline_on_every_real_turn():
     # Two prompts of two, returns (1, 0 | 1, 1): centred (.5, -.5 | 0, 0); GPG's α = 4 rows /
     # 3 nonzero returns: A = (2/3, -2/3, 0, 0) on every real turn.

@@ -39,7 +39,7 @@ def test_every_method_and_control_on_both_tasks(record):
             assert len(m["success"]["per_seed"]) == seeds
             lo, hi = m["success"]["interval"]
             assert 0.0 <= lo <= m["success"]["mean"] <= hi <= 1.0  # bootstrap: never leaves [0, 1]
-        assert set(task["lab"]["credit"]) == {"0", "10", "20"}
+        assert set(task["lab"]["credit"]) == {"0", "20"}
     for suffix in ("probe", "refine", "credit", "predict"):
         assert (__import__("pathlib").Path(record["_out"]) / f"lab-{suffix}.png").stat().st_size > 0
 
@@ -71,7 +71,7 @@ def test_metric_vs_learning_and_bias_records(record):
 
 
 def test_shuffled_control_is_uncorrelated(record):
-    # 32 pairs per seed, 2 seeds, 3 checkpoints, 2 tasks: each correlation has sd ~ 0.18 when
+    # 32 pairs per seed, 3 seeds, 2 checkpoints, 2 tasks: each correlation has sd ~ 0.18 when
     # there is no relation. A batch whose GRPO credit is all zero (every prompt's returns equal,
     # common once the tiny policy has learnt) has no correlation (null); of the 12, at least 8
     # must exist: the sd of their mean is <= 0.18 / sqrt(8) ~ 0.064, so |mean| < 0.2 is 3 sd.

@@ -1,4 +1,4 @@
-"""Loss parity presets: ``policy_loss(..., **preset)`` against NumPy re-statements of the peers.
+"""Loss parity presets: ``policy_loss(..., options=preset)`` against NumPy re-statements of the peers.
 
 The references (``tests/reference/peer_forms.py``: ``verl_policy_loss``, ``verl_gspo_grad``,
 ``trl_policy_loss``) restate, in float64 NumPy, the formulas of verl's
@@ -46,11 +46,11 @@ def _fd_grad(loss, logp, h=1e-6):
     return g
 
 
-def _credax(logp, old, adv, mask, ref, kl_coef, **options):
+def _credax(logp, old, adv, mask, ref, kl_coef, options):
     def f(lp):
         return credax.policy_loss(lp, jnp.asarray(old, jnp.float32), jnp.asarray(adv, jnp.float32),
                                   jnp.asarray(mask), ref_logp=jnp.asarray(ref, jnp.float32),
-                                  kl_coef=kl_coef, **options).loss
+                                  options=options.replace(kl_coef=kl_coef)).loss
 
     lp = jnp.asarray(logp, jnp.float32)
     return float(f(lp)), np.asarray(jax.grad(f)(lp), np.float64)
@@ -64,7 +64,7 @@ def _inputs32(*arrays):
 @pytest.mark.parametrize("seed", range(CASES))
 def test_verl_vanilla_preset(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed))
-    loss, grad = _credax(logp, old, adv, mask, ref, 0.1, **presets.VERL_LOSS)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.1, presets.VERL_LOSS)
     want = verl_policy_loss(logp, old, adv, mask, ref, kl_coef=0.1)
     want_grad = _fd_grad(lambda lp: verl_policy_loss(lp, old, adv, mask, ref, kl_coef=0.1), logp)
     np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
@@ -77,7 +77,7 @@ def test_verl_vanilla_dual_clip_and_kl_clamp_bind(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=2.5))
     ref = np.asarray(logp - 12.0 * np.sign(np.random.default_rng(seed).normal(size=logp.shape)),
                      np.float32).astype(np.float64)
-    loss, grad = _credax(logp, old, adv, mask, ref, 0.1, **presets.VERL_LOSS)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.1, presets.VERL_LOSS)
     want = verl_policy_loss(logp, old, adv, mask, ref, kl_coef=0.1)
     want_grad = _fd_grad(lambda lp: verl_policy_loss(lp, old, adv, mask, ref, kl_coef=0.1), logp)
     np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
@@ -87,7 +87,7 @@ def test_verl_vanilla_dual_clip_and_kl_clamp_bind(seed):
 @pytest.mark.parametrize("seed", range(CASES))
 def test_verl_gspo_preset(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=0.15))
-    loss, grad = _credax(logp, old, adv, mask, ref, 0.0, **presets.VERL_GSPO_LOSS)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.0, presets.VERL_GSPO_LOSS)
     want = verl_policy_loss(logp, old, adv, mask, ref, kl_coef=0.0, gspo=True)
     np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, verl_gspo_grad(logp, old, adv, mask), rtol=1e-4, atol=1e-7)
@@ -98,7 +98,7 @@ def test_verl_gspo_clamps_at_plus_ten_only():
     old = np.zeros((2, 1), np.float32)
     logp = np.array([[12.0], [-30.0]], np.float32)
     adv = np.array([-1.0, 1.0], np.float32)
-    out = credax.policy_loss(logp, old, adv, np.ones((2, 1), bool), **presets.VERL_GSPO_LOSS)
+    out = credax.policy_loss(logp, old, adv, np.ones((2, 1), bool), options=presets.VERL_GSPO_LOSS)
     # row 0: A < 0, r = e^10 > 1 + ε: ℓ = -A·r = e^10; row 1: r = e^-30 < 1 - ε, A > 0: the
     # unclipped branch -A·r = -e^-30 is the max; seq-mean over 2 rows.
     np.testing.assert_allclose(out.loss, (np.exp(10.0) - np.exp(-30.0)) / 2, rtol=1e-6)
@@ -109,7 +109,7 @@ def test_verl_gspo_clamps_at_plus_ten_only():
 def test_trl_presets(loss_type, seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed))
     options = presets.trl_loss(loss_type, num_rows=B, max_completion_length=T)
-    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, options)
     ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type=loss_type, beta=0.04)
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
@@ -119,14 +119,14 @@ def test_trl_presets(loss_type, seed):
 def test_trl_bias_corrected_kl(seed):
     logp, old, adv, mask, ref = _inputs32(*_batch(seed))
     options = presets.trl_loss("dapo", use_bias_correction_kl=True)
-    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, options)
     ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
                                         bias_kl=True)
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
     # And without it (use_bias_correction_kl=False): the plain k3 term.
     loss, grad = _credax(logp, old, adv, mask, ref, 0.04,
-                         **presets.trl_loss("dapo", use_bias_correction_kl=False))
+                         presets.trl_loss("dapo", use_bias_correction_kl=False))
     ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type="dapo", beta=0.04,
                                         bias_kl=False)
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
@@ -139,7 +139,7 @@ def test_trl_sequence_level(seed):
     # mean log-ratio, which is what the GSPO-token form computes; beta=0 (see trl_loss).
     logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=0.15))
     options = presets.trl_loss("grpo", num_rows=B, importance_sampling_level="sequence")
-    loss, grad = _credax(logp, old, adv, mask, ref, 0.0, **options)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.0, options)
     ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, loss_type="grpo", beta=0.0,
                                         level="sequence")
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
@@ -148,9 +148,9 @@ def test_trl_sequence_level(seed):
 
 def test_trl_default_is_bias_corrected_kl():
     # TRL 1.16 GRPOConfig: use_bias_correction_kl defaults to True (trl/trainer/grpo_config.py).
-    assert presets.trl_loss()["kl_ratio_weight"] is True
-    assert presets.TRL_LOSS["kl_ratio_weight"] is True
-    assert presets.trl_loss(use_bias_correction_kl=False)["kl_ratio_weight"] is False
+    assert presets.trl_loss().kl_ratio_weight is True
+    assert presets.TRL_LOSS.kl_ratio_weight is True
+    assert presets.trl_loss(use_bias_correction_kl=False).kl_ratio_weight is False
 
 
 @pytest.mark.parametrize("seed", range(CASES))
@@ -165,7 +165,7 @@ def _assert_trl(seed, spread, options, **reference):
     """credax with ``options`` against ``trl_policy_loss(**reference)`` at beta 0.04: loss and
     finite-difference gradient."""
     logp, old, adv, mask, ref = _inputs32(*_batch(seed, spread=spread))
-    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, **options)
+    loss, grad = _credax(logp, old, adv, mask, ref, 0.04, options)
     ref_loss = lambda lp: trl_policy_loss(lp, old, adv, mask, ref, beta=0.04, **reference)  # noqa: E731
     np.testing.assert_allclose(loss, ref_loss(logp), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, _fd_grad(ref_loss, logp), rtol=1e-4, atol=1e-6)
@@ -175,7 +175,7 @@ def _assert_trl(seed, spread, options, **reference):
 def test_trl_delta(seed):
     # Large gaps so that r > δ = 1.5 binds on some negative-advantage tokens (random: no exact tie).
     options = presets.trl_loss("dapo", delta=1.5)
-    assert options["ratio_cap"] == 1.5 and options["dual_clip"] is None
+    assert options.ratio_cap == 1.5 and options.dual_clip is None
     _assert_trl(seed, 1.5, options, loss_type="dapo", delta=1.5)
 
 
@@ -188,16 +188,17 @@ def test_trl_delta_at_the_tie_is_not_the_dual_clip():
     logp = np.array([[np.log(3.0)]], np.float32)
     z, adv, m = np.zeros((1, 1), np.float32), np.array([-1.0], np.float32), np.ones((1, 1), bool)
 
-    def grad(**kw):
-        f = lambda lp: credax.policy_loss(lp, z, adv, m, **kw).loss  # noqa: E731
+    def grad(options):
+        f = lambda lp: credax.policy_loss(lp, z, adv, m, options=options).loss  # noqa: E731
         return float(f(jnp.asarray(logp))), float(jax.grad(f)(jnp.asarray(logp))[0, 0])
 
-    assert grad(**presets.trl_loss("dapo", delta=3.0)) == pytest.approx((3.0, 3.0), rel=1e-6)
-    assert grad(dual_clip=3.0) == pytest.approx((3.0, 1.5), rel=1e-6)
+    assert grad(presets.trl_loss("dapo", delta=3.0)) == pytest.approx((3.0, 3.0), rel=1e-6)
+    assert grad(credax.LossOptions(dual_clip=3.0)) == pytest.approx((3.0, 1.5), rel=1e-6)
     with pytest.raises(ValueError, match="ratio_cap"):
-        credax.policy_loss(logp, z, adv, m, ratio_cap=3.0, dual_clip=3.0)
+        credax.policy_loss(logp, z, adv, m,
+                           options=credax.LossOptions(ratio_cap=3.0, dual_clip=3.0))
     with pytest.raises(ValueError, match="ratio_cap"):
-        credax.policy_loss(logp, z, adv, m, ratio_cap=1.0)
+        credax.policy_loss(logp, z, adv, m, options=credax.LossOptions(ratio_cap=1.0))
 
 
 def test_trl_grpo_divides_by_all_rows():
@@ -206,8 +207,9 @@ def test_trl_grpo_divides_by_all_rows():
     z = np.zeros((2, 2), np.float32)
     mask = np.array([[True, True], [False, False]])
     adv = np.array([1.0, 1.0], np.float32)
-    assert float(credax.policy_loss(z, z, adv, mask, agg="seq-mean-token-mean").loss) == -1.0
-    out = credax.policy_loss(z, z, adv, mask, **presets.trl_loss("grpo", num_rows=2))
+    assert float(credax.policy_loss(z, z, adv, mask,
+                                    options=credax.LossOptions(agg="seq-mean-token-mean")).loss) == -1.0
+    out = credax.policy_loss(z, z, adv, mask, options=presets.trl_loss("grpo", num_rows=2))
     assert float(out.loss) == -0.5
 
 
@@ -219,4 +221,4 @@ def test_trl_loss_errors():
     with pytest.raises(ValueError, match="`importance_sampling_level`"):
         presets.trl_loss("grpo", importance_sampling_level="turn")
     opts = presets.trl_loss("dapo", num_items_in_batch=96, num_processes=4)
-    assert opts["normalizer"] == 24.0 and opts["agg"] == "token-mean"
+    assert opts.normalizer == 24.0 and opts.agg == "token-mean"

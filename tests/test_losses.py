@@ -440,8 +440,10 @@ PG_GOLDEN = {
 def _golden_call(**kwargs):
     kwargs.setdefault("dual_clip", 3.0)
     adv = kwargs.pop("advantages", jnp.array(ADV, F32))
+    arrays = {k: kwargs.pop(k) for k in ("ref_logp", "token_turn", "rollout_logp", "entropy")
+              if k in kwargs}
     return credax.policy_loss(jnp.array(LOGP, F32), jnp.array(OLD, F32), adv, jnp.array(MASK),
-                              **kwargs)
+                              options=credax.LossOptions(**kwargs), **arrays)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -461,8 +463,8 @@ def test_policy_loss_golden_every_branch(mode):
 
 def test_policy_loss_golden_gradient_signs():
     def loss(lp):
-        return credax.policy_loss(lp, jnp.array(OLD, F32), jnp.array(ADV, F32),
-                                  jnp.array(MASK), dual_clip=3.0).loss
+        return credax.policy_loss(lp, jnp.array(OLD, F32), jnp.array(ADV, F32), jnp.array(MASK),
+                                  options=credax.LossOptions(dual_clip=3.0)).loss
 
     g = jax.grad(loss)(jnp.array(LOGP, F32))
     # token-mean: dℓ/dlogp / 7; clipped tokens exactly 0. (0,0): -0.38680982/7 = -0.05525855
@@ -506,12 +508,13 @@ def test_policy_loss_kl_term_golden():
     # surrogate -0.5, k3 = e^-0.5 - 1 + 0.5 = 0.10653066, loss = -0.5 + 0.1·0.10653066.
     lp = jnp.array([[-1.0]])
     out = credax.policy_loss(lp, lp, jnp.array([[0.5]]), jnp.ones((1, 1), bool),
-                             ref_logp=jnp.array([[-1.5]]), kl_coef=0.1)
+                             ref_logp=jnp.array([[-1.5]]), options=credax.LossOptions(kl_coef=0.1))
     close(out.loss, -0.5 + 0.010653066)
     close(out.metrics.kl, 0.10653066)
     close(out.metrics.policy_loss, -0.5)
     g = jax.grad(lambda x: credax.policy_loss(x, lp, jnp.array([[0.5]]), jnp.ones((1, 1), bool),
-                                              ref_logp=jnp.array([[-1.5]]), kl_coef=0.1).loss)(lp)
+                                              ref_logp=jnp.array([[-1.5]]),
+                                              options=credax.LossOptions(kl_coef=0.1)).loss)(lp)
     # d/dlogp: surrogate -A·r -> -0.5; k3 = e^(ref-logp) - 1 - (ref-logp) -> 1 - e^-0.5 = 0.39346934.
     close(g, [[-0.5 + 0.1 * 0.39346934]])
 
@@ -526,7 +529,8 @@ def test_gspo_golden_and_defining_property():
     adv = jnp.array([1.0, 1.0])  # one advantage per row
 
     def f(lp):
-        return credax.policy_loss(lp, old, adv, mask, ratio="sequence", agg="seq-mean-token-mean")
+        return credax.policy_loss(lp, old, adv, mask, options=credax.LossOptions(ratio="sequence",
+                                                             agg="seq-mean-token-mean"))
 
     out = f(old + delta)
     # seq-mean-token-mean: (-1.10517092 + -1.2) / 2 = -1.15258546
@@ -536,7 +540,8 @@ def test_gspo_golden_and_defining_property():
     g = jax.jit(jax.grad(lambda lp: f(lp).loss))(old + delta)
     # Row 0: d/dlogp_t of ½·⅓·Σ_t -A·s = -s/6 = -0.18419515 per token; row 1 clipped: 0.
     close(g, [[-0.18419515] * 3, [0.0, 0.0, 0.0]])
-    token = credax.policy_loss(old + delta, old, adv, mask, agg="seq-mean-token-mean")
+    token = credax.policy_loss(old + delta, old, adv, mask,
+                               options=credax.LossOptions(agg="seq-mean-token-mean"))
     assert float(token.metrics.clip_frac_high) > 0  # token-level ratios do clip here
 
 
@@ -556,8 +561,10 @@ def test_gspo_token_form_equals_sequence_objective():
         return per_seq.mean()
 
     def credax_gspo(x):
-        return credax.policy_loss(x, old, adv, mask, ratio="sequence", clip_low=0.01,
-                                  clip_high=0.01, agg="seq-mean-token-mean").loss
+        return credax.policy_loss(x, old, adv, mask,
+                                  options=credax.LossOptions(ratio="sequence", clip_low=0.01,
+                                                             clip_high=0.01,
+                                                             agg="seq-mean-token-mean")).loss
 
     close(credax_gspo(lp), float(gspo(lp)), atol=1e-6)
     close(jax.jit(jax.grad(credax_gspo))(lp), np.asarray(jax.grad(gspo)(lp)), atol=1e-6)
@@ -587,7 +594,8 @@ VARIANTS = [dict(clip_low=0.2, clip_high=0.28, dual_clip=dual, agg=mode, ratio=l
 @jax.jit
 def _all_variants(logp, old, adv, mask, refp):
     # One compiled program for every option combination keeps the property test cheap.
-    return [credax.policy_loss(logp, old, adv, mask, ref_logp=refp, kl_coef=0.05, **kw)
+    return [credax.policy_loss(logp, old, adv, mask, ref_logp=refp,
+                               options=credax.LossOptions(kl_coef=0.05, **kw))
             for kw in VARIANTS]
 
 
@@ -621,8 +629,9 @@ def test_masked_values_change_neither_loss_nor_gradients(level):
     @jax.jit
     def run(lp, o, a, r):
         def f(x):
-            return credax.policy_loss(x, o, a, mask, ref_logp=r, kl_coef=0.1, ratio=level,
-                                      dual_clip=3.0)
+            return credax.policy_loss(x, o, a, mask, ref_logp=r,
+                                      options=credax.LossOptions(kl_coef=0.1, ratio=level,
+                                                                 dual_clip=3.0))
         (loss, metrics), g = jax.value_and_grad(lambda x: (f(x).loss, f(x).metrics),
                                                 has_aux=True)(lp)
         return loss, metrics, g
@@ -647,9 +656,10 @@ def test_fully_masked_batch_zero_loss_zero_grad():
         for mode in MODES:
             for level in ("token", "sequence"):
                 def f(x, mode=mode, level=level):
-                    res = credax.policy_loss(x, old, adv, empty, ref_logp=refp, kl_coef=0.1,
-                                             agg=mode, ratio=level, dual_clip=3.0,
-                                             **norm_kwargs(mode))
+                    res = credax.policy_loss(x, old, adv, empty, ref_logp=refp,
+                                             options=credax.LossOptions(
+                                                 kl_coef=0.1, agg=mode, ratio=level,
+                                                 dual_clip=3.0, **norm_kwargs(mode)))
                     return res.loss, res.metrics
 
                 out.append(jax.value_and_grad(f, has_aux=True)(x))
@@ -673,8 +683,9 @@ def test_microbatch_split_with_global_normalizer():
         out = {}
         for mode in MODES:
             def loss(x, o, a, m, mode=mode):
-                return credax.policy_loss(x, o, a, m, agg=mode, normalizer=normalizers[mode],
-                                          dual_clip=3.0, clip_high=0.28).loss
+                return credax.policy_loss(x, o, a, m, options=credax.LossOptions(agg=mode,
+                                                                     normalizer=normalizers[mode],
+                                                                     dual_clip=3.0, clip_high=0.28)).loss
 
             full = jax.value_and_grad(loss)(x, old, adv, mask)
             # Three micro-batches of two rows with different token counts.
@@ -682,8 +693,9 @@ def test_microbatch_split_with_global_normalizer():
                                               mask[i:i + 2]) for i in (0, 2, 4)]
             local = None
             if mode not in ("token-sum", "seq-mean-token-sum-norm"):
-                local = credax.policy_loss(x, old, adv, mask, agg=mode, dual_clip=3.0,
-                                           clip_high=0.28).loss
+                local = credax.policy_loss(x, old, adv, mask,
+                                           options=credax.LossOptions(agg=mode, dual_clip=3.0,
+                                                                      clip_high=0.28)).loss
             out[mode] = (full, parts, local)
         return out
 
@@ -710,11 +722,11 @@ def test_per_turn_advantages_equal_broadcast():
     token_turn = jnp.array([[-1, 0, 0, 1, 1, 2], [0, 0, -1, -1, 1, -1], [-1, -1, -1, -1, -1, -1]])
     turn_adv = turn_adv.at[1, 2].set(jnp.nan)  # a padded turn no token points at
     out = credax.policy_loss(logp, old, turn_adv, mask, token_turn=token_turn, ref_logp=refp,
-                             kl_coef=0.1, agg="seq-mean-token-mean")
+                             options=credax.LossOptions(kl_coef=0.1, agg="seq-mean-token-mean"))
     token_adv = credax.broadcast_to_tokens(jnp.nan_to_num(turn_adv), token_turn)
     effective = mask & (token_turn >= 0)  # tokens of no turn are excluded even if mask is true
-    expected = credax.policy_loss(logp, old, token_adv, effective, ref_logp=refp, kl_coef=0.1,
-                                  agg="seq-mean-token-mean")
+    expected = credax.policy_loss(logp, old, token_adv, effective, ref_logp=refp,
+                                  options=credax.LossOptions(kl_coef=0.1, agg="seq-mean-token-mean"))
     close(out.loss, float(expected.loss), atol=1e-7)
     for a, b in zip(out.metrics, expected.metrics, strict=True):
         close(a, float(b), atol=1e-7)
@@ -739,8 +751,9 @@ def test_policy_loss_grad_finite_differences_smooth_region():
         mask = jnp.ones((1, 4), bool)
         refp = old + 0.3
         def f(x):
-            return credax.policy_loss(x, old, adv, mask, ref_logp=refp, kl_coef=0.1,
-                                      dual_clip=3.0, agg="seq-mean-token-mean").loss
+            return credax.policy_loss(x, old, adv, mask, ref_logp=refp,
+                                      options=credax.LossOptions(kl_coef=0.1, dual_clip=3.0,
+                                                                 agg="seq-mean-token-mean")).loss
 
         check_grads(jax.jit(f), (old + delta,), order=1, modes=["rev"])
 
@@ -784,19 +797,22 @@ def test_policy_loss_shape_errors():
 def test_policy_loss_traced_hyperparameters_compile_once(traced_once):
     logp, old, adv, _, mask, _ = _random_batch(12, batch=2, length=11)
     loss = traced_once(credax.policy_loss)  # its body traced more than once raises
-    a = loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0)
-    b = loss(logp * 1.1, old, adv, mask, clip_low=0.1, clip_high=0.3, dual_clip=2.0)
+    a = loss(logp, old, adv, mask,
+             options=credax.LossOptions(clip_low=0.2, clip_high=0.2, dual_clip=3.0))
+    b = loss(logp * 1.1, old, adv, mask,
+             options=credax.LossOptions(clip_low=0.1, clip_high=0.3, dual_clip=2.0))
     assert float(a.loss) != float(b.loss)
 
 
 def test_policy_loss_inside_jit_and_vmap():
     logp, old, adv, refp, mask, _ = _random_batch(13)
-    eager = credax.policy_loss(logp, old, adv, mask, ref_logp=refp, kl_coef=0.1)
+    eager = credax.policy_loss(logp, old, adv, mask, ref_logp=refp,
+                               options=credax.LossOptions(kl_coef=0.1))
 
     @jax.jit
     def step(lp, clip):
-        return credax.policy_loss(lp, old, adv, mask, clip_high=clip, ref_logp=refp,
-                                  kl_coef=0.1).loss
+        return credax.policy_loss(lp, old, adv, mask, ref_logp=refp,
+                                  options=credax.LossOptions(clip_high=clip, kl_coef=0.1)).loss
 
     close(step(logp, 0.2), float(eager.loss), atol=1e-7)
     stacked = jnp.stack([logp, logp + 0.1, logp - 0.2])
@@ -824,5 +840,6 @@ def test_log_ratio_clamp_keeps_huge_gaps_finite():
     g = jax.grad(lambda x: credax.policy_loss(x, old, jnp.array([[-1.0]]),
                                               jnp.ones((1, 1), bool)).loss)(lp)
     assert float(g[0, 0]) == 0.0  # beyond the clamp: no gradient, no inf
-    out = credax.policy_loss(lp, old, jnp.array([[-1.0]]), jnp.ones((1, 1), bool), dual_clip=3.0)
+    out = credax.policy_loss(lp, old, jnp.array([[-1.0]]), jnp.ones((1, 1), bool),
+                             options=credax.LossOptions(dual_clip=3.0))
     close(out.loss, 3.0)

@@ -91,12 +91,12 @@ def test_policy_loss_fn_on_policy_and_first_position_ignored():
 def test_policy_loss_fn_equals_manual_pipeline():
     model = TinyLM(17, 8, rngs=nnx.Rngs(1))
     batch = _batch(model, seed=1)
-    kwargs = dict(agg="seq-mean-token-mean", clip_high=0.28, dual_clip=3.0)
-    loss, metrics = cnnx.policy_loss_fn(model, batch, **kwargs)
+    opts = credax.LossOptions(agg="seq-mean-token-mean", clip_high=0.28, dual_clip=3.0)
+    loss, metrics = cnnx.policy_loss_fn(model, batch, options=opts)
     logits = model(batch.tokens)
     logp = credax.token_logprobs(logits[:, :-1], batch.tokens[:, 1:])
     mask = batch.mask[:, 1:]
-    manual = credax.policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, mask, **kwargs)
+    manual = credax.policy_loss(logp, batch.old_logp[:, 1:], batch.advantages, mask, options=opts)
     np.testing.assert_allclose(loss, manual.loss, rtol=1e-6, atol=1e-7)
     for a, b in zip(metrics, manual.metrics, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
@@ -124,7 +124,7 @@ def test_fused_path_equals_the_two_call_path(chunk_size):
     batch = _batch(model, seed=4)
     def grad(**options):
         fn = functools.partial(cnnx.policy_loss_fn, apply=hidden_pair, chunk_size=chunk_size,
-                               dual_clip=3.0, **options)
+                               options=credax.LossOptions(dual_clip=3.0), **options)
         return nnx.jit(nnx.value_and_grad(fn, has_aux=True))(model, batch)
 
     (loss, metrics), g = grad()
@@ -168,7 +168,7 @@ def test_train_step_raises_logprobs_of_positive_advantages():
     batch = _batch(model, seed=5, noise=0.0)
     batch = batch._replace(advantages=jnp.ones_like(batch.advantages))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
-    loss_fn = functools.partial(cnnx.policy_loss_fn, clip_high=0.28)
+    loss_fn = functools.partial(cnnx.policy_loss_fn, options=credax.LossOptions(clip_high=0.28))
 
     @nnx.jit
     def train_step(model, optimizer, batch):
@@ -199,13 +199,14 @@ DATA_PARALLEL = textwrap.dedent(
     # The tests folder itself, not `tests.`: verl (a test extra) installs a top-level `tests`
     # package that would shadow this repository's.
     sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
-    import credax.nnx as cnnx
+    import credax, credax.nnx as cnnx
     from test_nnx import TinyLM, _batch
 
     assert len(jax.devices()) == 8, jax.devices()
     model = TinyLM(17, 8, rngs=nnx.Rngs(0))
     batch = _batch(model, batch=16, length=12, seed=7)
-    loss_fn = functools.partial(cnnx.policy_loss_fn, agg="seq-mean-token-mean", dual_clip=3.0)
+    loss_fn = functools.partial(
+        cnnx.policy_loss_fn, options=credax.LossOptions(agg="seq-mean-token-mean", dual_clip=3.0))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
 
     @nnx.jit

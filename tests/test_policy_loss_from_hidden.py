@@ -47,6 +47,18 @@ def _reference_loss(hidden, unembedding, tokens, mask, adv, old, *, temperature=
     return ref.policy_loss(lp, old, np.repeat(adv[:, None], T, axis=1), mask, **options)[0]
 
 
+# The loss's per-token arrays (and the temperature) stay keywords; every other field of a case
+# goes into one LossOptions.
+_ARRAYS = ("ref_logp", "token_turn", "rollout_logp", "entropy", "temperature")
+
+
+def _as_call(options: dict) -> dict:
+    """A case's keywords as the loss takes them: the arrays by name, the rest as ``options=``."""
+    loose = {k: v for k, v in options.items() if k not in _ARRAYS}
+    return {**{k: v for k, v in options.items() if k in _ARRAYS},
+            "options": credax.LossOptions(**loose)}
+
+
 def _finite_difference(f, x, eps=1e-6):
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):
@@ -83,7 +95,7 @@ def test_matches_float64_reference_value_and_gradients(case):
 
     def loss(h, u):
         return credax.policy_loss_from_hidden(h, u, tokens, f32(old), f32(adv), mask, chunk_size=3,
-                                              temperature=temperature, **jax_options).loss
+                                              temperature=temperature, **_as_call(jax_options)).loss
 
     value, (dh, dw) = jax.value_and_grad(loss, argnums=(0, 1))(f32(hidden), f32(w))
     # the float32 inputs, in float64, are what the reference sees
@@ -149,7 +161,7 @@ def test_equals_the_two_call_composition(name, chunk_size):
 
     def grads(loss_fn):
         return jax.value_and_grad(lambda h, u: (lambda out: (out.loss, out.metrics))(
-            loss_fn(h, u, tokens, old, adv, mask, chunk_size=chunk_size, **options)),
+            loss_fn(h, u, tokens, old, adv, mask, chunk_size=chunk_size, **_as_call(options))),
             argnums=(0, 1), has_aux=True)(hidden, w)
 
     ((va, ma), ga), ((vb, mb), gb) = jax.jit(
@@ -179,14 +191,16 @@ def test_bfloat16_inputs_match_the_composition():
 def test_unsupported_options_raise_naming_them():
     hidden, w, tokens, mask, adv, old, _ = _data()
     with pytest.raises(ValueError, match="`ratio='sequence'`"):
-        credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask, ratio="sequence")
+        credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask,
+                                       options=credax.LossOptions(ratio="sequence"))
     with pytest.raises(ValueError, match="`entropy`"):
         credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask, entropy=np.zeros((B, T)),
-                                       entropy_coef=0.01)
+                                       options=credax.LossOptions(entropy_coef=0.01))
     with pytest.raises(ValueError, match="chunk_size"):
         credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask, chunk_size=0)
     with pytest.raises(ValueError, match="clip_low"):
-        credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask, clip_low=1.5)
+        credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask,
+                                       options=credax.LossOptions(clip_low=1.5))
     with pytest.raises(ValueError, match="unembedding"):
         credax.policy_loss_from_hidden(hidden, w.T, tokens, old, adv, mask)
 
@@ -233,7 +247,8 @@ def test_jit_vmap_and_forward_only():
     f32 = lambda x: jnp.asarray(x, jnp.float32)
     h, u, old, adv = f32(hidden), f32(w), f32(old), f32(adv)
     call = lambda h, clip: credax.policy_loss_from_hidden(h, u, tokens, old, adv, mask,
-                                                          chunk_size=3, clip_low=clip).loss
+                                                          chunk_size=3,
+                                                          options=credax.LossOptions(clip_low=clip)).loss
     eager = call(h, 0.2)
     np.testing.assert_allclose(jax.jit(call)(h, 0.2), eager, rtol=1e-6)   # traced clip_low
     stacked = jnp.stack([h, 2 * h])
@@ -290,8 +305,8 @@ def test_hyperparameter_and_temperature_gradients_equal_the_composition():
         options = dict(zip(names, hyper, strict=True), ref_logp=ref_logp, dual_clip=3.0)
         if fused:
             return credax.policy_loss_from_hidden(h, u, tokens, old_, adv_, mask, chunk_size=3,
-                                                  **options).loss
-        return _composition(h, u, tokens, old_, adv_, mask, chunk_size=3, **options).loss
+                                                  **_as_call(options)).loss
+        return _composition(h, u, tokens, old_, adv_, mask, chunk_size=3, **_as_call(options)).loss
 
     args = (hidden, w, old, adv, *values)
     grads = jax.jit(lambda *a: tuple(jax.grad(functools.partial(loss, fused), tuple(range(9)))(*a)

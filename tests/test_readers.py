@@ -199,3 +199,68 @@ def test_throughput_benchmark_runs_at_toy_size(capsys):
     result = rollouts_io.main(300)
     assert result["turns"] == 300 and result["read_rollouts_per_s"] > 0
     assert "read_turns_per_s" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# Tunix trajectories: one TrajectoryItem a line (format="tunix"), or Tunix's objects in memory.
+# --------------------------------------------------------------------------------------------
+
+def _tunix_item(group_id, rewards, *, logprobs=True, prompt=(1, 2)):
+    steps = [{"assistant_tokens": [10 + k, 11 + k], "env_tokens": [90 + k] if k < len(rewards) - 1 else None,
+              "reward": r, "logprobs": [-0.5, -0.25] if logprobs else None, "done": k == len(rewards) - 1,
+              "observation": f"obs {k}"} for k, r in enumerate(rewards)]
+    return {"pair_index": 0, "group_id": group_id, "start_step": 0, "metadata": {},
+            "traj": {"task": {"prompts": ["q"]}, "steps": steps, "reward": float(sum(rewards)),
+                     "status": "SUCCEEDED", "prompt_tokens": list(prompt)}}
+
+
+def test_tunix_trajectories_hand_worked(tmp_path):
+    path = tmp_path / "tunix.jsonl"
+    items = [_tunix_item(3, [0.25, 0.0, 0.75]), _tunix_item(3, [1.0], logprobs=False),
+             _tunix_item("q2", [0.5])]
+    path.write_text("".join(json.dumps(i) + "\n" for i in items))
+    rollouts = credax.read_rollouts(path, format="tunix")
+    first = rollouts[0]
+    assert first.prompt_id == 3 and list(first.prompt) == [1, 2] and first.outcome == 1.0
+    # One turn per step: action = assistant tokens, observation = env tokens (none on the last).
+    assert [list(t.action) for t in first.turns] == [[10, 11], [11, 12], [12, 13]]
+    assert [list(t.observation) for t in first.turns] == [[90], [91], []]
+    # score = the running total of the step rewards: 0.25, 0.25 + 0, 0.25 + 0 + 0.75.
+    assert [t.score for t in first.turns] == [0.25, 0.25, 1.0]
+    assert [t.reward for t in first.turns] == [0.25, 0.0, 0.75]
+    assert [list(t.logprobs) for t in first.turns] == [[-0.5, -0.25]] * 3
+    assert rollouts[1].turns[0].logprobs is None
+    assert first.meta["status"] == "SUCCEEDED" and first.meta["pair_index"] == 0
+    assert first.meta["source"].endswith("tunix.jsonl:1")
+    # Padded: the log-probs at the action tokens' positions (after the 2 prompt tokens), groups by
+    # group_id (pad_rollouts wants log-probs on every turn or none: rows 0 and 2 have them).
+    batch, _ = credax.pad_rollouts([rollouts[0], rollouts[2], rollouts[0]])
+    assert np.asarray(batch.group_ids).tolist() == [0, 1, 0]
+    assert np.asarray(batch.old_logp)[0, 2:4].tolist() == [-0.5, -0.25]
+    # The same from memory.
+    again = credax.rollouts_from_tunix(items)
+    assert [[t.score for t in r.turns] for r in again] == [[t.score for t in r.turns] for r in rollouts]
+    assert again[2].meta["source"] == "items[2]"
+
+
+@pytest.mark.parametrize("mutate, field, message", [
+    (lambda i: i.pop("group_id"), "group_id", "missing"),
+    (lambda i: i["traj"].update(steps=[]), "traj.steps", "non-empty array of steps"),
+    (lambda i: i["traj"]["steps"][1].pop("reward"), "traj.steps[1].reward", "missing"),
+    (lambda i: i["traj"]["steps"][0].update(reward=float("nan")), "traj.steps[0].reward", "finite"),
+    (lambda i: i["traj"]["steps"][0].update(assistant_tokens=[1.5]), "traj.steps[0].assistant_tokens[0]",
+     "token id"),
+    (lambda i: i["traj"]["steps"][0].update(logprobs=[-1.0]), "traj.steps[0].logprobs", "2 numbers"),
+    (lambda i: i.update(traj=[1]), "traj", "expected the Trajectory as an object"),
+])
+def test_tunix_bad_item_names_the_field(tmp_path, mutate, field, message):
+    item = _tunix_item(1, [0.5, 0.5])
+    mutate(item)
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(_tunix_item(1, [1.0])) + "\n" + json.dumps(item) + "\n")
+    with pytest.raises(credax.RolloutFormatError, match=message) as err:
+        credax.read_rollouts(path, format="tunix")
+    assert (err.value.line, err.value.field) == (2, field)
+    with pytest.raises(credax.RolloutFormatError, match=message) as err:
+        credax.rollouts_from_tunix([item])
+    assert err.value.field == field and str(err.value).startswith("items[0]")

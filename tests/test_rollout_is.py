@@ -31,8 +31,9 @@ def batch(seed=0, shape=(4, 7)):
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_weights_are_exactly_one_when_log_probs_agree(level):
     logp, old, _, adv, mask = batch()
-    def run(**kw):
-        f = lambda x: credax.policy_loss(x, old, adv, mask, **kw)  # noqa: E731
+    def run(rollout_logp=None, **kw):
+        f = lambda x: credax.policy_loss(x, old, adv, mask, rollout_logp=rollout_logp,  # noqa: E731
+                                         options=credax.LossOptions(**kw))
         return jax.value_and_grad(lambda x: f(x).loss)(jnp.asarray(logp)), f(jnp.asarray(logp))
     (loss0, g0), out0 = run()
     (loss1, g1), out1 = run(rollout_logp=old, rollout_is=level, rollout_is_threshold=2.0)
@@ -63,7 +64,7 @@ def test_sequence_golden():
     roll = old - jnp.log(jnp.array([[3.0, 0.25, 1.0]]))
     adv = jnp.array([[1.0, 1.0, -2.0]])
     out = credax.policy_loss(old, old, adv, jnp.ones((1, 3), bool), rollout_logp=roll,
-                             rollout_is="sequence")
+                             options=credax.LossOptions(rollout_is="sequence"))
     np.testing.assert_allclose(out.loss, 0.75 * 0.0, atol=1e-6)  # -(1 + 1 - 2)/3 · .75 = 0
     np.testing.assert_allclose(out.metrics.rollout_is_mean, 0.75, atol=1e-6)
 
@@ -75,8 +76,9 @@ def verl_rollout_is_max_diff(cases=200, seed=1):
         logp, old, roll, adv, mask = batch(seed + case, shape=(3, 6))
         level = ["token", "sequence"][case % 2]
         threshold = [2.0, 1.5, 5.0][case % 3]
-        out = credax.policy_loss(logp, old, adv, mask, rollout_logp=roll, rollout_is=level,
-                                 rollout_is_threshold=threshold)
+        out = credax.policy_loss(logp, old, adv, mask, rollout_logp=roll,
+                                 options=credax.LossOptions(rollout_is=level,
+                                                            rollout_is_threshold=threshold))
         z = lambda x, m=mask: np.where(m, x, 0.0)  # noqa: E731  verl multiplies by the mask
         w, metrics = peer.verl_rollout_is_weights(z(old) - z(roll), mask, level, threshold)
         pg = peer.verl_vanilla_pg_losses(z(logp), z(old), z(adv), 0.2, 0.2) * w
@@ -103,21 +105,24 @@ def test_sequence_fractions_count_every_row_hand_worked():
     roll = np.array([[-np.log(3.0), 0, 0], [-np.log(3.0), 0, 0], [0, 0, 0], [0, 0, 0]], np.float32)
     mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], bool)
     adv = np.ones((4, 3), np.float32)
-    out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll, rollout_is="sequence")
+    out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll,
+                             options=credax.LossOptions(rollout_is="sequence"))
     np.testing.assert_allclose(out.metrics.rollout_is_frac_high, 2 / 4, rtol=1e-6)
     np.testing.assert_allclose(out.metrics.rollout_is_frac_low, 0.0)
     # A threshold below 1 (bounds 0.5 and 2 swap roles): log 0.5 < 0, so the empty row's sum 0 is
     # above it, as in verl: rows 0, 1, 2, 3 are all above -> 1; below log 2: rows 2, 3 -> 2/4.
-    low = credax.policy_loss(old, old, adv, mask, rollout_logp=roll, rollout_is="sequence",
-                             rollout_is_threshold=0.5)
+    low = credax.policy_loss(old, old, adv, mask, rollout_logp=roll, options=credax.LossOptions(
+        rollout_is="sequence", rollout_is_threshold=0.5))
     np.testing.assert_allclose(low.metrics.rollout_is_frac_high, 1.0, rtol=1e-6)
     np.testing.assert_allclose(low.metrics.rollout_is_frac_low, 2 / 4, rtol=1e-6)
     # An empty mask: 0 (verl raises).
     empty = credax.policy_loss(old, old, adv, np.zeros_like(mask), rollout_logp=roll,
-                               rollout_is="sequence", rollout_is_threshold=0.5)
+                               options=credax.LossOptions(rollout_is="sequence",
+                                                          rollout_is_threshold=0.5))
     assert float(empty.metrics.rollout_is_frac_high) == 0.0
     # Token level keeps counting tokens: 2 of the 6 valid tokens are above 2.
-    out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll, rollout_is="token")
+    out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll,
+                             options=credax.LossOptions(rollout_is="token"))
     np.testing.assert_allclose(out.metrics.rollout_is_frac_high, 2 / 6, rtol=1e-6)
 
 
@@ -135,8 +140,9 @@ def test_metrics_match_verls_own_function():
         _, metrics = compute_rollout_correction_weights(
             torch.from_numpy(z(old) - z(roll)), torch.from_numpy(mask.astype(np.float32)),
             rollout_is=level, rollout_is_threshold=threshold)
-        out = credax.policy_loss(logp, old, adv, mask, rollout_logp=roll, rollout_is=level,
-                                 rollout_is_threshold=threshold).metrics
+        out = credax.policy_loss(logp, old, adv, mask, rollout_logp=roll,
+                                 options=credax.LossOptions(rollout_is=level,
+                                                            rollout_is_threshold=threshold)).metrics
         for ours, theirs in ((out.rollout_is_frac_high, "rollout_is_ratio_fraction_high"),
                              (out.rollout_is_frac_low, "rollout_is_ratio_fraction_low"),
                              (out.rollout_is_mean, "rollout_is_mean")):
@@ -155,7 +161,8 @@ def test_infinite_log_probs(level):
     roll = np.array([[-1.0, ninf, -1.0], [ninf, -1.0, -1.0]], np.float32)
     logp = np.full((2, 3), -1.0, np.float32)
     adv, mask = np.ones((2, 3), np.float32), np.ones((2, 3), bool)
-    f = lambda x: credax.policy_loss(x, old, adv, mask, rollout_logp=roll, rollout_is=level)  # noqa: E731
+    f = lambda x: credax.policy_loss(x, old, adv, mask, rollout_logp=roll,
+                                     options=credax.LossOptions(rollout_is=level))  # noqa: E731
     out = f(jnp.asarray(logp))
     w = {"token": np.array([[1, 1, 1], [2, np.exp(-20.0), 1]]), "sequence": np.ones((2, 3))}[level]
     np.testing.assert_allclose(float(out.metrics.rollout_is_mean), w.mean(), rtol=1e-6)
@@ -165,7 +172,7 @@ def test_infinite_log_probs(level):
     bad = roll.copy()
     bad[0, 0] = np.nan
     assert np.isnan(float(credax.policy_loss(logp, old, adv, mask, rollout_logp=bad,
-                                             rollout_is=level).loss))
+                                             options=credax.LossOptions(rollout_is=level)).loss))
 
 
 def test_masked_values_never_matter_and_no_gradient_through_weights():
@@ -181,8 +188,10 @@ def test_masked_values_never_matter_and_no_gradient_through_weights():
 def test_errors():
     logp, old, roll, adv, mask = batch()
     with pytest.raises(ValueError, match="`rollout_is_threshold`"):
-        credax.policy_loss(logp, old, adv, mask, rollout_logp=roll, rollout_is_threshold=0.0)
+        credax.policy_loss(logp, old, adv, mask, rollout_logp=roll,
+                           options=credax.LossOptions(rollout_is_threshold=0.0))
     with pytest.raises(ValueError, match="`rollout_is`"):
-        credax.policy_loss(logp, old, adv, mask, rollout_logp=roll, rollout_is="geometric")
+        credax.policy_loss(logp, old, adv, mask, rollout_logp=roll,
+                           options=credax.LossOptions(rollout_is="geometric"))
     with pytest.raises(ValueError, match="`rollout_logp`"):
         credax.policy_loss(logp, old, adv, mask, rollout_logp=roll[:, :3])

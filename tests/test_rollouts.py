@@ -214,9 +214,10 @@ def test_padded_results_equal_unpadded(seed):
             lp_e, old_e = _fake_logp(exact, seed)
             lp_p, old_p = _fake_logp(padded, seed)
             out_e = credax.policy_loss(lp_e, old_e, adv_e, exact.mask, token_turn=exact.token_turn,
-                                       agg=agg)
-            out_p = credax.policy_loss(lp_p, old_p, adv_p, padded.mask, token_turn=padded.token_turn,
-                                       agg=agg)
+                                       options=credax.LossOptions(agg=agg))
+            out_p = credax.policy_loss(lp_p, old_p, adv_p, padded.mask,
+                                       token_turn=padded.token_turn,
+                                       options=credax.LossOptions(agg=agg))
             # Equal up to float32 summation order (the padded sums add more exact zeros, in a
             # different reduction tree): |diff| ~1e-8 on a loss that is itself ~1e-2.
             np.testing.assert_allclose(float(out_p.loss), float(out_e.loss), rtol=1e-6, atol=1e-7,

@@ -8,6 +8,7 @@ the project venv uses, and run from an unrelated folder that holds an empty ``cr
 """
 
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -18,6 +19,9 @@ import zipfile
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# What the wheel's programs run with: this environment less PYTHONPATH (the suite is run with
+# PYTHONPATH=<checkout>/src, which would make a clone's sources what `import credax` finds).
+WHEEL_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 QUICKSTART = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)[0]
 
 # After the quickstart: what the user's environment sees.
@@ -84,7 +88,7 @@ def test_wheel_installs_and_runs_the_quickstart(wheel_venv, tmp_path):
     script = work / "quickstart.py"
     script.write_text(QUICKSTART + REPORT)
     done = subprocess.run([str(python), str(script)], cwd=work, capture_output=True, text=True,
-                          timeout=300)
+                          env=WHEEL_ENV, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -109,7 +113,7 @@ def test_wheel_runs_the_benchmark_cli(wheel_venv, tmp_path):
     done = subprocess.run(
         [str(python), "-m", "credax.bench", "--quick", "--entries", "grpo_advantages",
          "--no-torch", "--out", str(out)],
-        cwd=work, capture_output=True, text=True, timeout=600,
+        cwd=work, capture_output=True, text=True, env=WHEEL_ENV, timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (report,) = out.glob("*.json")
@@ -120,7 +124,7 @@ def test_wheel_runs_the_benchmark_cli(wheel_venv, tmp_path):
 
 def _run_from_elsewhere(python, work, *args):
     done = subprocess.run([str(python), *map(str, args)], cwd=work, capture_output=True, text=True,
-                          timeout=600)
+                          env=WHEEL_ENV, timeout=600)
     return done
 
 
@@ -154,3 +158,42 @@ def test_wheel_ships_the_example_rollouts_and_explain_runs_without_matplotlib(wh
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in (work / "o").iterdir()) == ["credit.json", "index.html"]
     assert len(json.loads((work / "o" / "credit.json").read_text())["rollouts"]) == 16
+
+
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_installs_the_wheel_with_extras(wheel, tmp_path):
+    """The README's `pip install '<wheel>[extras]'` line, run as printed (the wheel's real path in
+    place of /path/to/credax) into an empty venv: pip resolves the extras from the wheel's
+    metadata. A dry run (--report): what it would install, without the minutes of installing."""
+    (line,) = [ln for ln in README.splitlines() if re.match(r"pip install '.*\.whl\[", ln)]
+    target, extras = re.match(r"pip install '/path/to/credax/dist/(\S+\.whl)\[([\w,]+)\]'", line).groups()
+    assert target == wheel.name  # the file name the README shows is the one a build writes
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    report = tmp_path / "report.json"
+    _pip("--python", str(venv / "bin" / "python"), "install", "--dry-run", "--quiet", "--report",
+         str(report), f"{wheel}[{extras}]", cwd=tmp_path)
+    install = {item["metadata"]["name"].lower(): item for item in json.loads(report.read_text())["install"]}
+    assert sorted(install["credax"]["requested_extras"]) == sorted(extras.split(",")) == ["explain", "nnx"]
+    assert {"flax", "optax", "matplotlib", "jax"} <= set(install)
+
+
+def test_readme_runs_the_examples_from_a_copy(wheel_venv, tmp_path):
+    """The README's two lines that get the example scripts and run one, as printed (the clone's
+    path and the wheel venv's python substituted), from an unrelated folder."""
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", README, flags=re.S) if "credax-examples" in b]
+    _, python = wheel_venv
+    work = tmp_path / "elsewhere"
+    (work / "credax").mkdir(parents=True)  # the import trap, as for the quickstart
+    for line in block.strip().splitlines():
+        command = line.split("#")[0].strip().replace("/path/to/credax", str(ROOT))
+        command = re.sub(r"^python ", f"{python} ", command)
+        done = subprocess.run(command, shell=True, cwd=work, capture_output=True, text=True,
+                              env=WHEEL_ENV, timeout=600)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert (work / "credax-examples" / "foundation_tour.py").is_file()
+    assert done.stdout.strip()  # the tour printed
+    where = _run_from_elsewhere(python, work, "-c", "import credax; print(credax.__file__)")
+    assert pathlib.Path(where.stdout.strip()).is_relative_to(python.parents[1])  # the wheel's

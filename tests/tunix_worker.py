@@ -14,7 +14,13 @@ builds it). Writes, as JSON:
 * ``grpo_run``: a ``GRPOLearner`` trained 2 steps with ``credax_rloo`` (spied) and ``credax``:
   the rewards and advantages of each call, and how far the parameters moved;
 * ``turn_run``: a ``TurnCreditGRPOLearner`` trained 1 step with a hand-checkable ``method``:
-  the ``TrainExample`` it produced and the turn layout it was given.
+  the ``TrainExample`` it produced and the turn layout it was given;
+* ``turn_rewards_run``: the same learner with ``turn_rewards=`` only (turns from the completion
+  mask), ``method="turn_baseline"``: the mask, the rewards given and the advantages;
+* ``agentic_run``: ``AgenticTurnCreditGRPOLearner`` trained 1 step on ``TinyTurnsEnv`` (3 turns,
+  per-step rewards) with ``method="turn_baseline"``: per group, each step's token counts and
+  reward as Tunix's engine recorded them, Tunix's completion mask, the advantages and the mask
+  trained on.
 """
 
 from __future__ import annotations
@@ -127,11 +133,12 @@ def losses(out):
     logp = common.compute_per_token_logps(graphdef, state, prompt_tokens=example.prompt_ids,
                                           completion_tokens=completion, pad_id=pad, eos_id=eos)
     out["preset_direct"] = {
-        "credax_verl": float(credax.policy_loss(logp, example.old_per_token_logps, example.advantages,
-                                                mask, **credax.presets.VERL_LOSS).loss),
+        "credax_verl": float(credax.policy_loss(logp, example.old_per_token_logps,
+                                                example.advantages, mask,
+                                                options=credax.presets.VERL_LOSS).loss),
         "credax_trl_dr_grpo": float(credax.policy_loss(
             logp, example.old_per_token_logps, example.advantages, mask,
-            **credax.presets.trl_loss("dr_grpo", num_rows=4, max_completion_length=5)).loss),
+            options=credax.presets.trl_loss("dr_grpo", num_rows=4, max_completion_length=5)).loss),
     }
 
 
@@ -202,6 +209,86 @@ def runs(out):
     out["turn_run"] = seen
 
 
+def turn_rewards_run(out):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+    from tunix.rl.grpo import grpo_learner
+
+    import credax.tunix as ct
+
+    seen = {}
+
+    def turn_rewards(example, training_input):
+        # One turn per run of the completion mask (Tunix's plain mask: one run, or none); the
+        # reward of a row's turn: its row index, so the groups are (0, 1) and (2, 3).
+        mask = np.asarray(example.completion_mask)
+        runs = (mask & ~np.pad(mask, ((0, 0), (1, 0)))[:, :-1].astype(bool)).sum(axis=1)
+        rewards = [[float(b)] * int(n) for b, n in enumerate(runs)]
+        seen["mask"], seen["rewards"] = mask.astype(int).tolist(), rewards
+        return rewards
+
+    class Recording(ct.TurnCreditGRPOLearner):
+        def _generate_and_compute_advantage(self, *args, **kwargs):
+            example = super()._generate_and_compute_advantage(*args, **kwargs)
+            seen["advantages"] = np.asarray(example.advantages).tolist()
+            seen["completion_mask"] = np.asarray(example.completion_mask).astype(int).tolist()
+            return example
+
+    cluster = ct.tiny_cluster(max_steps=1)
+    model = cluster.actor_trainer.model
+    before = jax.tree.map(jnp.copy, nnx.state(model, nnx.Param))
+    config = grpo_learner.GRPOConfig(num_generations=2, num_iterations=1, policy_loss_fn="credax", beta=0.0)
+    learner = Recording(rl_cluster=cluster, reward_fns=_reward, algo_config=config, turn_rewards=turn_rewards,
+                        method="turn_baseline")
+    learner.train(ct.tiny_dataset())
+    after = nnx.state(model, nnx.Param)
+    seen["moved"] = max(float(jnp.max(jnp.abs(a - b)))
+                        for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True))
+    out["turn_rewards_run"] = seen
+
+
+def agentic_run(out):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+    from tunix.rl.agentic import agentic_grpo_learner
+
+    import credax.tunix as ct
+
+    groups = []
+
+    class Recording(ct.AgenticTurnCreditGRPOLearner):
+        def _process_results(self, trajectories, *args, **kwargs):
+            examples = super()._process_results(trajectories, *args, **kwargs)
+            (example,) = examples
+            groups.append(dict(
+                steps=[[[len(s["assistant_tokens"]), len(s["env_tokens"]), s["reward"]]
+                        for s in item.traj["credax_steps"]] for item in trajectories],
+                states=[item.traj["credax_states"] for item in trajectories],
+                trajectory_reward=[item.traj["trajectory_reward"] for item in trajectories],
+                tunix_mask=[np.asarray(item.traj["conversation_masks"]).astype(int).tolist()
+                            for item in trajectories],
+                advantages=np.asarray(example.advantages).tolist(),
+                completion_mask=np.asarray(example.completion_mask).astype(int).tolist()))
+            return examples
+
+    cluster = ct.tiny_cluster(max_steps=1, max_tokens=64, return_logprobs=True)
+    model = cluster.actor_trainer.model
+    before = jax.tree.map(jnp.copy, nnx.state(model, nnx.Param))
+    config = agentic_grpo_learner.GRPOConfig(num_generations=2, max_response_length=64, beta=0.0,
+                                             max_concurrency=1)  # Tunix's grpo loss
+    learner = Recording(rl_cluster=cluster, algo_config=config, chat_parser=ct.TinyChatParser(),
+                        env_class=ct.TinyTurnsEnv, env_kwargs={"max_steps": 3}, method="turn_baseline")
+    learner.train(ct.tiny_dataset(batch_size=1))
+    after = nnx.state(model, nnx.Param)
+    moved = max(float(jnp.max(jnp.abs(a - b)))
+                for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True))
+    out["agentic_run"] = dict(groups=groups, moved=moved)
+
+
 def main(path):
     import os
 
@@ -209,6 +296,8 @@ def main(path):
     out = {}
     losses(out)
     runs(out)
+    turn_rewards_run(out)
+    agentic_run(out)
     with open(path, "w") as fh:
         json.dump(out, fh)
 

@@ -1,8 +1,9 @@
 """The credit lab: train every credit method on two tasks and measure its credit against the truth.
 
-    python -m benchmarks.lab            # make demo: both tasks, every method + 2 controls, 5 seeds
+    python -m benchmarks.lab            # make demo: both tasks, every method + 2 controls;
+                                        # the headline methods 20 seeds, the rest 5
     python -m benchmarks.lab --full     # 10 seeds, longer training
-    python -m benchmarks.lab --tiny     # seconds: a smoke run (CI)
+    python -m benchmarks.lab --tiny     # a smoke run: 4 methods, about a minute of CPU
     python -m benchmarks.lab --preset oracle   # the true-advantage ceiling at N = 1, 4, 16
     python -m benchmarks.lab --credit mymodule:my_credit --tasks refine   # score your method
 
@@ -28,7 +29,9 @@ import threading
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from . import checkpoint, report, tables
 from . import env as E
@@ -39,6 +42,15 @@ from .train import Config, get_runner
 
 _SMALL = dict(hidden=64, prompts=8, group=8, eval_every=20, eval_repeats=4)
 
+# The headline methods: the ones the guide's verdicts are about, trained on 20 seeds in the demo
+# (the rest on 5). GRPO is the reference every paired difference is taken against; MT-GRPO,
+# TRIAGE (oracle judge), TCPO + hindsight and the value baseline are the four orderings the
+# previous round found robust at 20 seeds (TCPO + hindsight > GRPO and > the value baseline and
+# MT-GRPO > GRPO on refine, TRIAGE > GRPO on probe; the value baseline is also the best unbiased
+# method); the turn-count-unbiased baseline is the open puzzle (it learns less than GRPO on
+# refine: 0.034 against 0.080 over 20 seeds, a difference 5 seeds cannot resolve).
+HEADLINE = ("grpo", "mt_grpo", "value", "triage", "tcpo_hindsight", "turn_baseline")
+
 PRESETS = {
     # The demo. Sizes were fixed from the time budget before any method was compared. The lab
     # measures at the initial policy and after training (a middle checkpoint at step 60 was
@@ -46,11 +58,14 @@ PRESETS = {
     "default": dict(
         configs={
             "probe": Config(task=E.Task(length=3, alphabet=5, turns=8), steps=120,
-                            checkpoints=(0, 120), **_SMALL),
+                            checkpoints=(0, 120), lab_seeds=5, **_SMALL),
             "refine": Config(task=R.RefineTask(length=4, alphabet=5, turns=8), steps=120,
-                             checkpoints=(0, 120), **_SMALL),
+                             checkpoints=(0, 120), lab_seeds=5, **_SMALL),
         },
-        seeds=5,
+        # Seeds 0..19 for the headline methods, 0..4 for the rest (the same seeds 0..4: every
+        # paired difference is over the seeds both methods have). The step-0 lab covers every
+        # seed (one lab per seed serves all methods); the step-120 lab the first 5 of each.
+        seeds=20, headline=HEADLINE, rest_seeds=5,
     ),
     "full": dict(
         configs={
@@ -61,17 +76,19 @@ PRESETS = {
         },
         seeds=10,
     ),
-    # CI size: seconds once compiled. tests/test_lab_tiny.py uses these configurations.
+    # Smoke size: four methods, the lab at steps 0 and 20 (the others with --methods;
+    # tests/test_lab_tiny.py runs every one). Compilation is most of its cost.
     "tiny": dict(
+        methods=("grpo", "triage", "true_adv", "shuffled"),
         configs={
             "probe": Config(task=E.Task(length=2, alphabet=4, turns=5), hidden=32, prompts=4,
                             group=4, steps=20, eval_every=10, eval_repeats=4,
-                            checkpoints=(0, 10, 20), lab_pairs=32, lab_branches=8),
+                            checkpoints=(0, 20), lab_pairs=32, lab_branches=8),
             "refine": Config(task=R.RefineTask(length=2, alphabet=4, turns=5), hidden=32,
                              prompts=4, group=4, steps=20, eval_every=10, eval_repeats=4,
-                             checkpoints=(0, 10, 20), lab_pairs=32, lab_branches=8),
+                             checkpoints=(0, 20), lab_pairs=32, lab_branches=8),
         },
-        seeds=2,
+        seeds=3,
     ),
 }
 # The ceiling: the true-advantage control at N = 1, 4 and 16 branch pairs per turn against every
@@ -79,9 +96,29 @@ PRESETS = {
 # branch rollouts alone cost about as much CPU as a third of the demo (measured in the guide).
 ORACLE_METHODS = ("grpo", "dr_grpo", "rloo", "shrink", "shrink_rloo", "value", "true_adv",
                   "true_adv_n4", "true_adv_n16")
+# The machine-independence check (tests/test_lab_ci.py, in `make test`): a small refinement task
+# whose one ordering (TCPO + hindsight above GRPO) is resolved at its seed count, so a fresh run
+# on any machine must find it again; its committed run is benchmarks/lab/results/ci/lab.json.
+CI_METHODS = ("grpo", "tcpo_hindsight")
+PRESETS["ci"] = dict(
+    methods=CI_METHODS, seeds=12,
+    configs={"refine": Config(task=R.RefineTask(length=3, alphabet=4, turns=6), hidden=32, prompts=8,
+                              group=8, steps=120, eval_every=20, eval_repeats=4, checkpoints=(0,),
+                              lab_pairs=64, lab_branches=16)},
+)
+# The turn-count-unbiased baseline's puzzle (issue #35 part 5): it learns less than GRPO on
+# refine. Its mechanism probe, the same baseline with the past return added back
+# (methods.turn_baseline_outcome), next to it and GRPO at the headline seed count, on the demo's
+# refinement task; the lab at step 0 only (where all three share the policy and the batch).
+PUZZLE_METHODS = ("grpo", "turn_baseline", "turn_baseline_outcome")
+PRESETS["puzzle"] = dict(
+    methods=PUZZLE_METHODS, seeds=20,
+    configs={"refine": dataclasses.replace(PRESETS["default"]["configs"]["refine"], checkpoints=(0,),
+                                           lab_seeds=0)},
+)
 PRESETS["oracle"] = dict(
-    PRESETS["default"], methods=ORACLE_METHODS,
-    configs={k: dataclasses.replace(c, checkpoints=(0, 60, 120))
+    methods=ORACLE_METHODS, seeds=5,
+    configs={k: dataclasses.replace(c, checkpoints=(0, 60, 120), lab_seeds=0)
              for k, c in PRESETS["default"]["configs"].items()})
 
 _PRINT = threading.Lock()
@@ -129,24 +166,85 @@ def user_method(spec: str):
     return Method(attr, getattr(fn, "label", f"yours: {attr}"), fn, agg=getattr(fn, "agg", "token-mean"))
 
 
+def exact_tier_rows(method) -> list[str]:
+    """The exact tier's scores of a user method (``benchmarks.lab.exact.user_rows``: one line per
+    MDP and policy, against the exact advantage and policy gradient), or one line saying why it
+    could not run there (a function that needs the policy, ``ctx.model``, cannot)."""
+    from . import exact
+
+    try:
+        return exact.user_rows(method.credit, method.name)
+    except Exception as e:  # the user's function, on inputs it was not written for: say why
+        return [f"cannot score {method.name} on the exact tier: {type(e).__name__}: {e}"]
+
+
+def check_credit(method, cfg: Config, *, seed: int = 0) -> None:
+    """Run a user's credit function once on the first batch (seed ``seed``'s initial policy, the
+    training batch of step 0) and refuse, naming the problem, an output the lab cannot train on:
+    not an array (a list, a tuple, None), not of shape ``[B, K]``, not a float dtype, or not
+    finite on the batch's real turns. Seconds, before any method compiles.
+
+    Raises:
+        ValueError: the function raised, or its output fails one of the checks.
+    """
+    from . import train as T
+
+    graphdef, state = T.init(cfg, jax.random.key(seed))
+    model, _ = nnx.merge(graphdef, state)
+    pool, _ = E.split_targets(cfg.task)
+    ctx = T.make_context(model, jax.random.key(seed), pool, cfg)
+    B, K = ctx.rollout.scores.shape
+    where = f"--credit {method.name}: on the first batch (B={B} rollouts, K={K} turns)"
+    try:
+        out = jax.jit(lambda c: method.credit(c, cfg.settings))(ctx)
+    except Exception as e:  # the user's code: any error, re-raised with where it came from
+        raise ValueError(f"{where} the function raised {type(e).__name__}: {e}") from e
+    if isinstance(out, list | tuple) or not hasattr(out, "shape") or not hasattr(out, "dtype"):
+        raise ValueError(f"{where} it returned a {type(out).__name__}; return one array f32[B, K] "
+                         "(e.g. jnp.stack the parts)")
+    if tuple(out.shape) != (B, K):
+        raise ValueError(f"{where} it returned shape {tuple(out.shape)}; expected [B, K] = ({B}, {K}): "
+                         "one advantage per rollout and turn")
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(f"{where} it returned dtype {out.dtype}; expected a float dtype (float32)")
+    bad = ~np.isfinite(np.asarray(out, np.float64)) & np.asarray(ctx.rollout.turn_mask)
+    if bad.any():
+        b, k = map(int, np.argwhere(bad)[0])
+        raise ValueError(f"{where} it returned {int(bad.sum())} non-finite values on real turns "
+                         f"(the first at rollout {b}, turn {k}: {float(np.asarray(out)[b, k])})")
+
+
 def say(*parts):
     with _PRINT:
         print(*parts, flush=True)
 
 
-def run_task(name: str, cfg: Config, methods, seeds, t0: float, raw: pathlib.Path | None = None) -> dict:
+def seed_counts(methods, seeds: int, headline=(), rest: int | None = None) -> tuple[int, ...]:
+    """Seeds per method: ``seeds`` for the ``headline`` methods (and for every method when
+    ``rest`` is None), ``min(rest, seeds)`` for the others."""
+    if rest is None:
+        return (seeds,) * len(methods)
+    return tuple(seeds if m.name in headline else min(rest, seeds) for m in methods)
+
+
+def run_task(name: str, cfg: Config, methods, seeds, t0: float, raw: pathlib.Path | None = None,
+             counts: tuple[int, ...] | None = None) -> dict:
     """Train and measure one task; return its JSON record. ``raw``: a pickle of the host-side
-    runs, written after training, or read instead of training when it exists (``--from-raw``)."""
+    runs, written after training, or read instead of training when it exists (``--from-raw``).
+    ``counts``: seeds per method (``seed_counts``; None: every method all ``seeds``)."""
     if raw is not None and raw.exists():
         with open(raw, "rb") as f:
             return task_record(name, cfg, methods, pickle.load(f))
-    runner = get_runner(cfg, tuple(methods))
+    if counts is not None and len(set(counts)) == 1 and counts[0] == len(seeds):
+        counts = None
+    runner = get_runner(cfg, tuple(methods), counts)
 
     def log(step, total, ms):
         top = "  ".join(f"{k} {float(np.mean(m.success)):.2f}" for k, m in ms.items())
         say(f"[{name}] step {step:>4}/{total}  {time.perf_counter() - t0:6.0f}s  held-out success: {top}")
 
-    say(f"[{name}] compiling and training {len(methods)} methods x {len(seeds)} seeds ...")
+    n_inst = sum(counts) if counts else len(methods) * len(seeds)
+    say(f"[{name}] compiling and training {len(methods)} methods, {n_inst} (method, seed) instances ...")
     runs = runner.run(seeds, log, steps=cfg.steps)
     say(f"[{name}] trained, {time.perf_counter() - t0:.0f}s; measuring. Phases (wall s, compilation "
         "included): " + ", ".join(f"{k} {v:.0f}" for k, v in runner.timers.items()))
@@ -161,6 +259,7 @@ def task_record(name, cfg, methods, runs) -> dict:
     labels = {m.name: m.label for m in methods}
     index = {m.name: i for i, m in enumerate(methods)}
     record = {"label": cfg.task.label, "config": dataclasses.asdict(cfg), "methods": {}, "curves": {},
+              "seeds": {m.name: len(np.atleast_1d(runs[m.name].final.success)) for m in methods},
               "lab": {"ground_truth": {}, "credit": {}, "roles": {}, "triage": {}}}
     record["config"]["task"]["kind"] = cfg.task.name
     for m in methods:
@@ -230,7 +329,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="10 seeds, 400 steps")
-    size.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (CI)")
+    size.add_argument("--tiny", action="store_true", help="a smoke run: 4 methods, both tasks, tiny "
+                      "sizes (about a minute of CPU, most of it compilation)")
     size.add_argument("--preset", choices=sorted(PRESETS), default=None,
                       help="a named preset (oracle: the true-advantage ceiling at N = 1, 4, 16)")
     every = {**METHODS, **VARIANTS}
@@ -239,9 +339,16 @@ def main(argv=None) -> int:
                    help="your own credit method, trained and measured like the others (repeatable): "
                    "a function (ctx: methods.Context, settings: methods.Settings) -> f32[B, K] in an "
                    "importable module or a .py file (path/to/file.py:function); see the guide")
-    p.add_argument("--tasks", default="probe,refine", help="comma-separated: probe,refine")
+    p.add_argument("--tasks", default=None, help="comma-separated: probe,refine (default: the "
+                   "preset's tasks)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (0..n-1)")
     p.add_argument("--steps", type=int, default=None, help="training steps per run")
+    p.add_argument("--rest-seeds", type=int, default=None, help="seeds for the methods outside the "
+                   "preset's headline set (default: the preset's; the demo trains its headline "
+                   "methods on --seeds and the rest on fewer)")
+    p.add_argument("--perturb", type=float, default=0.0, metavar="EPS",
+                   help="multiply every method's training credit by 1 + EPS*z, z standard normal "
+                   "(a change of the last bits: the in-process stand-in for another machine)")
     p.add_argument("--out", default="demo-results", help="output folder (default: demo-results)")
     p.add_argument("--raw", default=None, help="folder for pickles of the raw runs (written after "
                    "training; with --from-raw, read instead of training)")
@@ -250,6 +357,9 @@ def main(argv=None) -> int:
 
     preset = args.preset or ("full" if args.full else "tiny" if args.tiny else "default")
     seeds = list(range(args.seeds if args.seeds is not None else PRESETS[preset]["seeds"]))
+    if not seeds:
+        p.error("--seeds: at least one seed")
+    rest = args.rest_seeds if args.rest_seeds is not None else PRESETS[preset].get("rest_seeds")
     default = PRESETS[preset].get("methods", list(METHODS))
     names = list(default) if args.methods is None else [m.strip() for m in args.methods.split(",")]
     unknown = [m for m in names if m not in every]
@@ -267,20 +377,36 @@ def main(argv=None) -> int:
         # Your method next to the references it is read against, not the whole demo.
         methods = [every[m] for m in USER_REFERENCES]
     methods += user
-    tasks = [t.strip() for t in args.tasks.split(",")]
+    tasks = (list(PRESETS[preset]["configs"]) if args.tasks is None
+             else [t.strip() for t in args.tasks.split(",")])
     configs = {}
     for t in tasks:
         if t not in PRESETS[preset]["configs"]:
-            p.error(f"unknown task {t!r}; choose from probe, refine")
+            p.error(f"unknown task {t!r} for preset {preset}; choose from "
+                    + ", ".join(PRESETS[preset]["configs"]))
         cfg = PRESETS[preset]["configs"][t]
         if args.steps is not None:
             marks = tuple(sorted({0, args.steps // 2 // cfg.eval_every * cfg.eval_every, args.steps}))
             cfg = dataclasses.replace(cfg, steps=args.steps, checkpoints=marks)
+        if args.perturb:
+            cfg = dataclasses.replace(cfg, perturb=args.perturb)
         configs[t] = cfg
+    # A user's methods and the ones named with --methods are read at the preset's full seeds.
+    headline = set(PRESETS[preset].get("headline", ())) | {m.name for m in user}
+    counts = seed_counts(methods, len(seeds), headline, rest)
+    for m in user:  # the user's function on one real batch before anything compiles
+        try:
+            check_credit(m, next(iter(configs.values())))
+        except ValueError as e:
+            p.error(str(e))
     out = pathlib.Path(args.out)
 
-    say(f"credax credit lab ({preset}): tasks {tasks}, {len(methods)} methods, seeds {seeds}, "
-        f"on {jax.devices()[0].platform.upper()} ({os.cpu_count()} cores)")
+    by_count = {}
+    for m, c in zip(methods, counts, strict=True):
+        by_count.setdefault(c, []).append(m.name)
+    say(f"credax credit lab ({preset}): tasks {tasks}, {len(methods)} methods, on "
+        f"{jax.devices()[0].platform.upper()} ({os.cpu_count()} cores); seeds: "
+        + "; ".join(f"{c} for {', '.join(ns)}" for c, ns in sorted(by_count.items(), reverse=True)))
     for t, cfg in configs.items():
         k = cfg.task
         say(f"  {t}: {k.label}, L={k.length} V={k.alphabet} K={k.turns}, G={cfg.group} x "
@@ -301,7 +427,7 @@ def main(argv=None) -> int:
             raw = pathlib.Path(args.raw) / f"raw-{t}.pkl" if args.raw else None
             if raw is not None and raw.exists() and not args.from_raw:
                 raw.unlink()
-            results[t] = run_task(t, configs[t], methods, seeds, wall0, raw)
+            results[t] = run_task(t, configs[t], methods, seeds, wall0, raw, counts)
         except BaseException as e:  # re-raised on the main thread
             errors.append(e)
 
@@ -337,7 +463,8 @@ def main(argv=None) -> int:
     }
     report.write_json(out / "lab.json", record)
     for t in tasks:
-        report.plot_task(out / f"lab-{t}.png", record["tasks"][t], len(seeds))
+        report.plot_task(out / f"lab-{t}.png", record["tasks"][t], tables.seed_note(record))
+    report.plot_seeds(out / "lab-seeds.png", record)
     report.plot_credit(out / "lab-credit.png", record)
     report.plot_predictive(out / "lab-predict.png", record)
     print()
@@ -345,8 +472,16 @@ def main(argv=None) -> int:
     print(f"\nwall time {wall:.0f} s, process CPU time {cpu:.0f} s (compilation included; XLA "
           f"compilation {compile_s[0]:.0f} s wall summed over programs)"
           + (f"; the tables use the training run's timing from {args.raw}" if args.from_raw else ""))
+    exact_rows = {m.name: exact_tier_rows(m) for m in user}
+    summary = {n: (f"{len(rows)} rows below" if rows and not rows[0].startswith("cannot") else
+                   (rows[0] if rows else None)) for n, rows in exact_rows.items()}
+    for line in tables.verdicts(record, [m.name for m in user], summary):
+        print(line)
+    for rows in exact_rows.values():
+        for line in rows:
+            print(line)
     print(f"wrote {out / 'lab.json'}, " + ", ".join(str(out / f"lab-{t}.png") for t in tasks)
-          + f", {out / 'lab-credit.png'}, {out / 'lab-predict.png'}")
+          + f", {out / 'lab-seeds.png'}, {out / 'lab-credit.png'}, {out / 'lab-predict.png'}")
     return 0
 
 

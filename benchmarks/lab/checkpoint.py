@@ -246,12 +246,16 @@ def method_metrics(lb: LabBatch, index: int) -> dict:
     (``metrics.residual_bias``: the credit ``Â*`` does not explain, in the method's own credit
     sd), and ``length_bonus = bias_continue − bias_stop``: the extra credit a method gives taking
     another turn over stopping, beyond what ``Â*`` says (the hidden per-turn bonus of verl
-    RFC #7244 when it is positive).
+    RFC #7244 when it is positive). ``pearson_state_value``: the credit's correlation with the
+    state value ``V̂(h_k)`` (the ground truth's resampled-action half, ``GroundTruth.v``): an
+    action's advantage carries none of its state's value, so a credit that does has a
+    state-dependent offset (unbiased when the offset is independent of the action, but noise).
     """
     from . import metrics as X
 
     keys = [*METRICS, "raw_mse", "err_var", "raw_mse_first",
-            *(f"bias_{r}" for r in X.ROLE_NAMES), "bias_stop", "bias_continue", "length_bonus"]
+            *(f"bias_{r}" for r in X.ROLE_NAMES), "bias_stop", "bias_continue", "length_bonus",
+            "pearson_state_value"]
     out = {k: [] for k in keys}
     for s in range(lb.used.shape[0]):
         u = lb.used[s]
@@ -276,6 +280,7 @@ def method_metrics(lb: LabBatch, index: int) -> dict:
         out["bias_stop"].append(X.residual_bias(c, a, stop))
         out["bias_continue"].append(X.residual_bias(c, a, ~stop))
         out["length_bonus"].append(out["bias_continue"][-1] - out["bias_stop"][-1])
+        out["pearson_state_value"].append(X.pearson(c, lb.gt.v[s][u]))
         out["grad_cos"].append(float(lb.grad_cos[s, index]))
         out["grad_relvar"].append(float(lb.grad_relvar[s, index]))
         out["grad_snr"].append(float(lb.grad_snr[s, index]))
@@ -346,9 +351,12 @@ def metric_vs_learning(task: dict, controls, *, step: str = "0") -> dict:
     from . import metrics as X
 
     names = [n for n in task["methods"] if n not in set(controls)]
-    seeds = lambda stat: [np.nan if v is None else v for v in stat["per_seed"]]
     credit = task["lab"]["credit"][step]
-    out = {"methods": names, "step": int(step), "metrics": {}}
+    # The seeds every method has (the headline methods run more): the pairing needs the same ones.
+    common = min([len(credit[n]["pearson"]["per_seed"]) for n in names]
+                 + [len(task["methods"][n]["success"]["per_seed"]) for n in names], default=0)
+    seeds = lambda stat: [np.nan if v is None else v for v in stat["per_seed"][:common]]
+    out = {"methods": names, "step": int(step), "seeds": common, "metrics": {}}
     for metric, higher in METRICS.items():
         if any(metric not in credit[n] for n in names):
             continue

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 
 import credax
-from credax.testing import TurnBatch
-from credax.testing.calls import CALLS
+from credax._batch import TurnBatch
+from credax._registry import CALLS
 
 from . import groundtruth, judges
 from .policy import Policy, Rollout, final_score, sampling_noise
@@ -186,6 +186,19 @@ def turn_baseline(ctx: Context, s: Settings) -> jax.Array:
     cost = (final_score(r) - ctx.outcome) / turns  # the task's per-turn cost (0 on the probe task)
     step = jnp.where(r.turn_mask, _score_change(ctx) - cost[:, None], 0.0)
     return CALLS["unbiased_turn_advantages"](turn_batch(ctx, turn_rewards=step))
+
+
+def turn_baseline_outcome(ctx: Context, s: Settings) -> jax.Array:
+    """The turn-count-unbiased baseline with the past return added back (a mechanism probe for
+    the ``turn_baseline`` puzzle): ``credax.unbiased_turn_advantages`` on the outcome placed on
+    the last real turn, so every turn's "return to go" is the whole return ``R_i`` and the credit
+    is ``R_i − mean_{peers at turn t} R_j``. The baseline is the same peer set's, still built
+    from other rollouts only (unbiased); what changes is that the turn's credit no longer drops
+    the return already earned before it, the part that ties ``turn_baseline``'s credit to the
+    state (a rollout that has earned much has little left to earn)."""
+    r = ctx.rollout
+    return CALLS["unbiased_turn_advantages"](
+        turn_batch(ctx, turn_rewards=outcome_rewards(r.turn_mask, ctx.outcome)))
 
 
 def g2po(ctx: Context, s: Settings) -> jax.Array:
@@ -462,6 +475,8 @@ VARIANTS: dict[str, Method] = {
                  control=True) for n in (4, 16)),
         *TCPO_SWITCHES,
         Method("g2po", "G2PO", g2po),
+        Method("turn_baseline_outcome", "turn-count-unbiased baseline, past return added back",
+               turn_baseline_outcome, unbiased=True),
         Method("reinforce_pp", "REINFORCE++", reinforce_pp),
         Method("reinforce_pp_baseline", "REINFORCE++-baseline", reinforce_pp_baseline, unbiased=True),
         Method("gpg", "GPG", gpg, unbiased=True),

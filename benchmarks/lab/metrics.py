@@ -229,3 +229,62 @@ def summarize(values) -> dict:
         "per_seed": [float(x) if np.isfinite(x) else None for x in v],
         "n": int(np.isfinite(v).sum()),
     }
+
+
+def wilson_interval(k: int, n: int, *, z: float = 1.96) -> tuple[float | None, float | None]:
+    """Wilson score interval of a proportion ``k / n`` (95% at ``z = 1.96``): unlike the normal
+    interval it stays inside ``[0, 1]`` and is not empty at ``k = 0`` or ``k = n``.
+
+    ``(p + z²/2n ± z·sqrt(p(1−p)/n + z²/4n²)) / (1 + z²/n)`` with ``p = k/n``; ``(None, None)``
+    when ``n = 0``.
+    """
+    if n <= 0:
+        return None, None
+    p = k / n
+    den = 1.0 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return float(max(0.0, mid - half)), float(min(1.0, mid + half))
+
+
+def solved_fraction(values, *, threshold: float = 0.5) -> dict:
+    """The share of seeds whose value is at least ``threshold`` ("solved": held-out success
+    ``>= 0.5``), with its Wilson interval: the summary of a bimodal outcome that a mean hides.
+    NaN seeds are left out."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v)]
+    k, n = int(np.sum(v >= threshold)), int(v.size)
+    lo, hi = wilson_interval(k, n)
+    return {"mean": k / n if n else None, "interval": [lo, hi], "k": k, "n": n, "threshold": threshold}
+
+
+def seeds_to_resolve(diffs, *, z: float = 1.96) -> float:
+    """Seeds a paired difference would need for its 95% interval to exclude 0, if its mean and
+    sd stayed what they are: ``n = ceil((z·sd / |mean|)²)`` (the normal interval's half-width
+    ``z·sd/√n`` below ``|mean|``); ``inf`` for a zero mean, NaN with fewer than two seeds."""
+    d = np.asarray(diffs, np.float64)
+    d = d[np.isfinite(d)]
+    if d.size < 2:
+        return float("nan")
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if mean == 0.0:
+        return float("inf")
+    return float(np.ceil((z * sd / abs(mean)) ** 2))
+
+
+def paired_difference(a, b) -> dict:
+    """``a − b`` over the seeds both have (the first ``min(len)``: seed ``s`` of every method
+    shares its initial policy, prompts and evaluation keys), summarized with its bootstrap
+    interval, plus ``sd`` of the per-seed differences, whether the interval excludes 0
+    (``resolved``) and ``seeds_needed`` (``seeds_to_resolve``)."""
+    n = min(len(a), len(b))
+    x = np.array([np.nan if v is None else v for v in a[:n]], np.float64)
+    y = np.array([np.nan if v is None else v for v in b[:n]], np.float64)
+    d = x - y
+    out = summarize(d)
+    ok = d[np.isfinite(d)]
+    lo, hi = out["interval"]
+    out["sd"] = float(ok.std(ddof=1)) if ok.size > 1 else None
+    out["resolved"] = bool(lo is not None and (lo > 0 or hi < 0))
+    out["seeds_needed"] = seeds_to_resolve(d)
+    return out

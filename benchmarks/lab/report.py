@@ -91,7 +91,7 @@ def _plt():
     return plt
 
 
-def plot_task(path: pathlib.Path, task: dict, seeds: int) -> None:
+def plot_task(path: pathlib.Path, task: dict, seeds: int | str) -> None:
     """Held-out success (top) and return (bottom) against training step, one panel per family,
     mean over seeds with a 95% bootstrap band; a legend on every panel."""
     plt = _plt()
@@ -119,8 +119,47 @@ def plot_task(path: pathlib.Path, task: dict, seeds: int) -> None:
         axes[r][0].set_ylabel(ylabel)
     axes[0][0].set_ylim(-0.02, 1.02)
     k = task["config"]["task"]
-    fig.suptitle(f"{task['label']}: L={k['length']}, V={k['alphabet']}, K={k['turns']}; {seeds} seeds, "
+    fig.suptitle(f"{task['label']}: L={k['length']}, V={k['alphabet']}, K={k['turns']}; "
+                 + (f"{seeds} seeds" if isinstance(seeds, int) else seeds) + ", "
                  "mean and 95% bootstrap band over seeds", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_seeds(path: pathlib.Path, record: dict) -> None:
+    """Per-seed held-out success after training, one strip per method and a panel per task:
+    every seed a dot (jittered sideways), the mean a bar with its 95% bootstrap interval, the
+    share of seeds solved (success >= 0.5) and the seed count under each strip. A mean between
+    two clusters of dots is a bimodal method, not a middling one."""
+    plt = _plt()
+    tasks = record["tasks"]
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(max(8.0, 0.62 * max(len(t["methods"]) for t in
+                             tasks.values())), 3.6 * len(tasks)), squeeze=False)
+    rng = np.random.default_rng(0)
+    for ax, task in zip(axes[:, 0], tasks.values(), strict=True):
+        names = sorted(task["methods"], key=lambda n: -(task["methods"][n]["success"]["mean"] or 0.0))
+        for x, n in enumerate(names):
+            st = task["methods"][n]["success"]
+            v = np.array([np.nan if u is None else u for u in st["per_seed"]], float)
+            v = v[np.isfinite(v)]
+            color = "black" if n == "grpo" else "tab:gray" if n in CONTROLS else "tab:blue"
+            ax.scatter(x + rng.uniform(-0.18, 0.18, v.size), v, s=11, alpha=0.65, color=color, lw=0)
+            if st["mean"] is not None:
+                ax.hlines(st["mean"], x - 0.3, x + 0.3, color="tab:red", lw=2)
+                lo, hi = st["interval"]
+                if lo is not None:
+                    ax.vlines(x + 0.34, lo, hi, color="tab:red", lw=1)
+            f = X.solved_fraction(v)
+            ax.text(x, -0.2, f"{f['k']}/{f['n']}", ha="center", va="top", fontsize=7)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([task["methods"][n]["label"] for n in names], rotation=35, ha="right", fontsize=7)
+        ax.set_ylim(-0.3, 1.05)
+        ax.set_ylabel("held-out success")
+        ax.set_title(f"{task['label']}: per seed (dots), mean and 95% bootstrap interval (red); "
+                     "below: seeds solved (success >= 0.5) / seeds", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -25,6 +25,18 @@ RESULTS = ROOT / "benchmarks" / "lab" / "results" / "lab.json"
 # The ceiling's own run (``python -m benchmarks.lab --preset oracle``), when committed.
 ORACLE_RESULTS = ROOT / "benchmarks" / "lab" / "results" / "oracle" / "lab.json"
 GUIDE, README = ROOT / "docs" / "guides" / "credit-lab.md", ROOT / "README.md"
+# The machine-independence check's preset (``--preset ci``): its committed run, the same run with
+# every training credit multiplied by ``1 + 1e-6·z`` (``--perturb 1e-6``), and the ordering a
+# fresh run must find again (tests/test_lab_ci.py).
+CI_RESULTS = ROOT / "benchmarks" / "lab" / "results" / "ci" / "lab.json"
+CI_PERTURBED = ROOT / "benchmarks" / "lab" / "results" / "ci-perturb" / "lab.json"
+CI_ORDERING = ROOT / "benchmarks" / "lab" / "results" / "ci" / "ordering.json"
+# The turn-count-unbiased baseline's mechanism probe (``--preset puzzle``).
+PUZZLE_RESULTS = ROOT / "benchmarks" / "lab" / "results" / "puzzle" / "lab.json"
+
+
+def _load(path):
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _table(head, rows) -> str:
@@ -56,6 +68,14 @@ def versus(a: dict, b: dict) -> tuple[str, bool]:
     return fmt(d, "{:+.2f}"), resolved
 
 
+def _solved(stat) -> str:
+    """Share of seeds with success >= 0.5 and its Wilson interval (``metrics.solved_fraction``)."""
+    f = X.solved_fraction(_per_seed(stat))
+    if not f["n"]:
+        return "—"
+    return f"{f['k']}/{f['n']} [{f['interval'][0]:.2f}, {f['interval'][1]:.2f}]"
+
+
 def held_out(record) -> str:
     parts = []
     cols = [("success", "{:.2f}"), ("ret", "{:.2f}"), ("turns_to_success", "{:.1f}"),
@@ -63,29 +83,40 @@ def held_out(record) -> str:
     for task in record["tasks"].values():
         k = task["config"]["task"]
         head = [f"{task['label']} (L={k['length']}, V={k['alphabet']}, K={k['turns']})",
-                "success", "return", "turns to 1st success", "solved then broken",
-                "success − GRPO (paired)", "seeds"]
+                "seeds", "success", "seeds solved (≥ 0.5) [Wilson]", "return", "turns to 1st success",
+                "solved then broken", "success − GRPO (paired)", "split"]
         ref = task["methods"].get("grpo")
         rows = []
         for name, m in task["methods"].items():
-            row = [m["label"]] + [fmt(m[c], p) for c, p in cols]
+            row = [m["label"], str(len(m["success"]["per_seed"])), fmt(m["success"], "{:.2f}"),
+                   _solved(m["success"])] + [fmt(m[c], p) for c, p in cols[1:]]
             if ref is None or name == "grpo":
                 row.append("—")
             else:
-                diff, resolved = versus(m["success"], ref["success"])
-                row.append(diff + ("" if resolved else " (unresolved)"))
+                d = _paired_difference(m["success"], ref["success"])
+                row.append(fmt(d, "{:+.2f}") + f" (n={d['n']})" + ("" if d["resolved"] else " unresolved"))
             row.append("split" if split_seeds(m["success"]) else "")
             rows.append(row)
         parts.append(_table(head, rows))
     return "\n\n".join(parts)
 
 
+def _need(d) -> str:
+    n = d["seeds_needed"]
+    if d["resolved"] or n is None or np.isnan(n):
+        return "—"
+    return "> 10,000" if n > 1e4 else f"~{n:.0f}"
+
+
 def headline(record) -> str:
-    """The orderings a reader takes away, each with its paired interval over seeds: per task, the
-    best method against the runner-up and against GRPO, and the best unbiased method against the
-    best shaped one. "unresolved" where the interval includes 0; "split" marks a success rate
-    whose seeds are bimodal (some below 0.25, some above 0.75)."""
-    head = ["task", "ordering", "success difference (paired over seeds)", "resolved?"]
+    """The orderings a reader takes away, each with its paired interval over the seeds both
+    methods have: per task, the best method against the runner-up and against GRPO, and the best
+    unbiased method against the best shaped one. "tie" where the interval includes 0, with the
+    seeds a resolution would need (``metrics.seeds_to_resolve``: ``(1.96·sd/|mean|)²`` from the
+    paired differences' sd); "split" marks a success rate whose seeds are bimodal (some below
+    0.25, some above 0.75)."""
+    head = ["task", "ordering", "success difference (paired over seeds)", "paired seeds", "resolved?",
+            "seeds to resolve"]
     rows = []
     for task in record["tasks"].values():
         kinds = task.get("kinds", {})
@@ -101,12 +132,34 @@ def headline(record) -> str:
         if unbiased and shaped:
             pairs.append((shaped[0], unbiased[0]))
         for a, b in dict.fromkeys(pairs):  # in order, each once
-            diff, resolved = versus(ms[a]["success"], ms[b]["success"])
+            d = _paired_difference(ms[a]["success"], ms[b]["success"])
             flags = [x for x in (a, b) if split_seeds(ms[x]["success"])]
-            note = "yes" if resolved else "unresolved"
+            note = "yes" if d["resolved"] else "tie"
             if flags:
                 note += " (split seeds: " + ", ".join(ms[x]["label"] for x in flags) + ")"
-            rows.append([task["config"]["task"]["kind"], f"{ms[a]['label']} > {ms[b]['label']}", diff, note])
+            rows.append([task["config"]["task"]["kind"], f"{ms[a]['label']} > {ms[b]['label']}",
+                         fmt(d, "{:+.2f}"), str(d["n"]), note, _need(d)])
+    return _table(head, rows)
+
+
+def pairs_table(record, names=None) -> str:
+    """Every pair of the methods with the most seeds (the headline set), paired over their
+    seeds: the difference in held-out success, its sd, whether the 95% interval resolves it and,
+    for a tie, the seeds a resolution would need. Ordered within a task by the difference."""
+    head = ["task", "a − b", "success difference", "sd of the paired differences", "paired seeds",
+            "resolved?", "seeds to resolve"]
+    rows = []
+    for task in record["tasks"].values():
+        ms = task["methods"]
+        n_max = max(len(m["success"]["per_seed"]) for m in ms.values())
+        pick = [n for n in ms if len(ms[n]["success"]["per_seed"]) == n_max] if names is None else names
+        pick = sorted(pick, key=lambda n: -(ms[n]["success"]["mean"] or 0.0))
+        for i, a in enumerate(pick):
+            for b in pick[i + 1:]:
+                d = _paired_difference(ms[a]["success"], ms[b]["success"])
+                rows.append([task["config"]["task"]["kind"], f"{ms[a]['label']} − {ms[b]['label']}",
+                             fmt(d, "{:+.3f}"), "—" if d["sd"] is None else f"{d['sd']:.3f}", str(d["n"]),
+                             "yes" if d["resolved"] else "tie", _need(d)])
     return _table(head, rows)
 
 
@@ -154,9 +207,8 @@ def ground_truth(record) -> str:
 
 
 def _paired_difference(a: dict, b: dict) -> dict:
-    x = np.array([np.nan if v is None else v for v in a["per_seed"]], float)
-    y = np.array([np.nan if v is None else v for v in b["per_seed"]], float)
-    return X.summarize(x - y)
+    """``a − b`` over the seeds both have (``metrics.paired_difference``)."""
+    return X.paired_difference(a["per_seed"], b["per_seed"])
 
 
 TRIAGE_METHOD = {"oracle": "triage", "p02": "triage_p02", "p04": "triage_p04", "blind": "triage_blind"}
@@ -240,8 +292,8 @@ def summary(record) -> str:
             row += [fmt(task["methods"][n]["success"], "{:.2f}"), fmt(c["pearson"], "{:.2f}"),
                     fmt(c["spearman"], "{:.2f}")]
         rows.append(row)
-    head_line = (f"`{record['command'].strip()}` ({record['preset']} preset, {len(record['seeds'])} "
-                 "seeds; mean [95% bootstrap interval]; generated by `python -m benchmarks.lab.tables`, "
+    head_line = (f"`{record['command'].strip()}` ({record['preset']} preset, {seed_note(record)}; "
+                 "mean [95% bootstrap interval]; generated by `python -m benchmarks.lab.tables`, "
                  "every other table in [the credit lab guide](docs/guides/credit-lab.md)):")
     return head_line + "\n\n" + _table(head, rows)
 
@@ -378,10 +430,136 @@ def oracle(record) -> str:
     return _table(head, rows)
 
 
-def render(record, oracle_record=None) -> str:
+def _flat(x, prefix=""):
+    """``{path: number}`` of every number (``None`` kept) in a nested record."""
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            out.update(_flat(v, f"{prefix}/{k}"))
+        return out
+    if isinstance(x, list):
+        out = {}
+        for i, v in enumerate(x):
+            out.update(_flat(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: x} if x is None or isinstance(x, int | float) and not isinstance(x, bool) else {}
+
+
+def _compare(a, b) -> tuple[int, int, float]:
+    """``(equal, total, max |a − b|)`` over the numbers two records share."""
+    fa, fb = _flat(a), _flat(b)
+    keys = sorted(set(fa) & set(fb))
+    diffs = [abs(fa[k] - fb[k]) for k in keys if fa[k] is not None and fb[k] is not None]
+    equal = sum(fa[k] == fb[k] for k in keys)
+    return equal, len(keys), max(diffs, default=0.0)
+
+
+def moved(a, b) -> str:
+    """What a change of the last bits moves: two runs of one preset (``b`` with ``--perturb``)
+    compared value for value. The step-0 lab (ground truth and every method's credit metrics,
+    taken before any training step) against the trained outcomes (held-out metrics per seed and
+    their means), and whether each paired ordering of ``a`` keeps its verdict in ``b``."""
+    head = ["task", "what", "values equal", "largest difference"]
+    rows = []
+    for t, ta in a["tasks"].items():
+        tb = b["tasks"][t]
+        per_seed = lambda task: {n: m["success"]["per_seed"] for n, m in task["methods"].items()}
+        for what, xa, xb in [
+            ("step 0: ground truth (Â* quality)", ta["lab"]["ground_truth"].get("0"),
+             tb["lab"]["ground_truth"].get("0")),
+            ("step 0: every method's credit metrics", ta["lab"]["credit"].get("0"),
+             tb["lab"]["credit"].get("0")),
+            ("trained: held-out success per seed", per_seed(ta), per_seed(tb)),
+            ("trained: every held-out metric (per seed, means, intervals)", ta["methods"], tb["methods"]),
+        ]:
+            if xa is None or xb is None:
+                continue
+            eq, n, mx = _compare(xa, xb)
+            rows.append([t, what, f"{eq} / {n}", f"{mx:.3g}"])
+    parts = [_table(head, rows)]
+    head = ["task", "a − b", "unperturbed", "perturbed (1 + ε·z)", "same verdict?"]
+    rows = []
+    for t, ta in a["tasks"].items():
+        tb, names = b["tasks"][t], list(ta["methods"])
+        for i, x in enumerate(names):
+            for y in names[i + 1:]:
+                da = _paired_difference(ta["methods"][x]["success"], ta["methods"][y]["success"])
+                db = _paired_difference(tb["methods"][x]["success"], tb["methods"][y]["success"])
+                same = da["resolved"] == db["resolved"] and (
+                    not da["resolved"] or (da["mean"] > 0) == (db["mean"] > 0))
+                rows.append([t, f"{ta['methods'][x]['label']} − {ta['methods'][y]['label']}",
+                             fmt(da, "{:+.3f}") + ("" if da["resolved"] else " (tie)"),
+                             fmt(db, "{:+.3f}") + ("" if db["resolved"] else " (tie)"),
+                             "yes" if same else "no"])
+    parts.append(_table(head, rows))
+    return "\n\n".join(parts)
+
+
+def exploration_split(record, task_name: str = "probe") -> str:
+    """Is a bimodal success a property of exploration? Per method on ``task_name``, its seeds
+    split into solved (held-out success >= 0.5) and not, and each group's mean number of
+    exploration turns per held-out episode (``probes``: turns that revealed a new symbol) and
+    turns taken; the rank correlation across all the method's seeds of exploration turns with
+    success. Methods with every seed on one side show one group only."""
+    task = record["tasks"].get(task_name)
+    if task is None:
+        return ""
+    head = ["method", "seeds solved", "exploration turns: solved seeds",
+            "exploration turns: other seeds", "turns taken: solved", "turns taken: other",
+            "Spearman(exploration, success) over seeds"]
+    rows = []
+    for m in task["methods"].values():
+        succ, probes, length = (_per_seed(m[k]) for k in ("success", "probes", "length"))
+        solved = succ >= 0.5
+        mean = lambda x, w: f"{np.mean(x[w]):.2f}" if w.any() else "—"
+        ok = np.isfinite(succ) & np.isfinite(probes)
+        rho = (X.spearman(probes[ok], succ[ok]) if ok.sum() >= 3 and np.ptp(succ[ok]) > 0
+               and np.ptp(probes[ok]) > 0 else float("nan"))
+        rows.append([m["label"], f"{int(solved.sum())}/{len(succ)}", mean(probes, solved),
+                     mean(probes, ~solved), mean(length, solved), mean(length, ~solved),
+                     "—" if np.isnan(rho) else f"{rho:+.2f}"])
+    return _table(head, rows)
+
+
+def puzzle(record) -> str:
+    """Per method of the puzzle run: held-out success, and at step 0 (one policy and batch per
+    seed for all) the credit's Pearson with ``A*``, with the state value ``V̂(h)``, the gradient
+    cosine with ``g*``, the batch gradient's progress along ``g*`` over its sd, the length bonus."""
+    head = ["task", "method", "seeds", "success", "Pearson with A*", "Pearson with the state value",
+            "gradient cosine", "gradient progress / sd", "length bonus"]
+    rows = []
+    for task in record["tasks"].values():
+        c = task["lab"]["credit"]["0"]
+        for n, m in task["methods"].items():
+            rows.append([task["config"]["task"]["kind"], m["label"], str(len(m["success"]["per_seed"])),
+                         fmt(m["success"], "{:.3f}"), fmt(c[n]["pearson"], "{:.2f}"),
+                         fmt(c[n]["pearson_state_value"], "{:+.2f}"), fmt(c[n]["grad_cos"], "{:.2f}"),
+                         fmt(c[n]["grad_t"], "{:.2f}"), fmt(c[n]["length_bonus"], "{:+.2f}")])
+    return _table(head, rows) + "\n\n" + pairs_table(record)
+
+
+def seed_note(record) -> str:
+    """Which methods ran on how many seeds (seeds ``0..n-1``; the same on every task)."""
+    task = next(iter(record["tasks"].values()))
+    counts = task.get("seeds") or {n: len(m["success"]["per_seed"]) for n, m in task["methods"].items()}
+    by = {}
+    for n, c in counts.items():
+        by.setdefault(c, []).append(task["methods"][n]["label"])
+    if len(by) == 1:
+        return f"seeds 0..{next(iter(by)) - 1} for every method"
+    return "; ".join(f"seeds 0..{c - 1} for {', '.join(ls) if c == max(by) else 'the rest'}"
+                     for c, ls in sorted(by.items(), reverse=True))
+
+
+def render(record, oracle_record=None, ci=None, puzzle_record=None) -> str:
+    """Every table of the guide from the demo's record, the ceiling's (``oracle_record``), the
+    machine-independence pair ``ci = (run, perturbed run)`` of ``--preset ci`` and the
+    turn-baseline probe's (``puzzle_record``)."""
     sections = [
         ("Held-out results (mean [95% bootstrap interval] over seeds)", held_out(record)),
         ("Headline orderings, paired over seeds", headline(record)),
+        ("Every pair of the headline methods (the most seeds), paired over seeds", pairs_table(record)),
+        ("Probe/write: solved seeds against exploration (held-out, per seed)", exploration_split(record)),
         ("Which credit metric predicts learning (step 0; Spearman ρ across methods, 95% bootstrap "
          "interval over seeds)", predictive(record)),
         ("Credit against the ground truth at the initial policy (step 0)", credit(record, "0")),
@@ -400,15 +578,62 @@ def render(record, oracle_record=None) -> str:
         sections.insert(1, (f"The ceiling: true advantage at N = 1, 4, 16 branch pairs (`"
                             f"{oracle_record['command'].strip()}`, seeds {oracle_record['seeds']})",
                             oracle(oracle_record)))
+    if puzzle_record is not None:
+        title = (f"The turn-count-unbiased baseline's mechanism probe (`{puzzle_record['command'].strip()}`"
+                 f", {seed_note(puzzle_record)}; step-0 credit metrics)")
+        sections.append((title, puzzle(puzzle_record)))
+    if ci is not None:
+        a, b = ci
+        sections.append((f"Machine independence: `{a['command'].strip()}` against `{b['command'].strip()}` "
+                         f"({seed_note(a)})", moved(a, b)))
     head = (f"Generated by `python -m benchmarks.lab.tables` from `{record['command'].strip()}` "
-            f"({record['preset']} preset, seeds {record['seeds']}).")
+            f"({record['preset']} preset; {seed_note(record)}).")
     t = record.get("timing", {})
     if "wall_s" in t:
         head += (f" Run time: wall {t['wall_s']:.0f} s, process CPU (user+sys) {t['cpu_s']:.0f} s"
                  + (f", XLA compilation {t['compile_wall_s']:.0f} s wall summed over programs"
                     if t.get("compile_wall_s") is not None else "")
                  + f", {record['environment']['cpu_count']} cores.")
-    return "\n\n".join([head] + [f"**{title}**\n\n{body}" for title, body in sections])
+    return "\n\n".join([head] + [f"**{title}**\n\n{body}" for title, body in sections if body])
+
+
+def _verdict_part(task, name, other, what) -> str:
+    d = _paired_difference(task["methods"][name]["success"], task["methods"][other]["success"])
+    if d["mean"] is None:
+        return f"vs {what}: no paired seeds"
+    text = f"vs {what} {fmt(d, '{:+.3f}')} over {d['n']} paired seeds"
+    if d["resolved"]:
+        return text + (", resolved: better" if d["mean"] > 0 else ", resolved: worse")
+    return text + f", unresolved (seeds to resolve: {_need(d)})"
+
+
+def verdicts(record, names, exact=None) -> list[str]:
+    """One line per user method and task: its held-out success paired with GRPO's and with the
+    best other method's (by mean success; the controls and the user's methods left out), the
+    interval, resolved or not (and roughly how many seeds would resolve it), and the exact tier
+    (``exact``: name -> a short summary of its ``benchmarks.lab.exact.user_rows``; absent: not run)."""
+    lines = []
+    for t, task in record["tasks"].items():
+        kinds = task.get("kinds", {})
+        others = [n for n in task["methods"] if n not in names and not kinds.get(n, {}).get("control")]
+        best = max(others, key=lambda n: task["methods"][n]["success"]["mean"] or 0.0, default=None)
+        for name in names:
+            m = task["methods"][name]
+            parts = [f"success {fmt(m['success'], '{:.3f}')} ({len(m['success']['per_seed'])} seeds)"]
+            if "grpo" in task["methods"]:
+                parts.append(_verdict_part(task, name, "grpo", "GRPO"))
+            if best is not None and best != "grpo":
+                parts.append(_verdict_part(task, name, best, f"the best, {task['methods'][best]['label']},"))
+            parts.append("exact tier: " + ((exact or {}).get(name) or "not run"))
+            lines.append(f"verdict [{t}] {m['label']}: " + "; ".join(parts))
+    return lines
+
+
+def ci_records():
+    """The committed ``--preset ci`` run and its perturbed twin, or None if either is missing."""
+    if not (CI_RESULTS.exists() and CI_PERTURBED.exists()):
+        return None
+    return json.loads(CI_RESULTS.read_text()), json.loads(CI_PERTURBED.read_text())
 
 
 def splice(text: str, block: str) -> str:
@@ -423,7 +648,8 @@ def main(argv=None) -> int:
     record = json.loads(path.read_text())
     oracle_path = pathlib.Path(argv[1]) if len(argv) > 1 else ORACLE_RESULTS
     oracle_record = json.loads(oracle_path.read_text()) if oracle_path.exists() else None
-    for doc, block in [(GUIDE, render(record, oracle_record)), (README, summary(record))]:
+    guide = render(record, oracle_record, ci_records(), _load(PUZZLE_RESULTS))
+    for doc, block in [(GUIDE, guide), (README, summary(record))]:
         if doc.exists() and START in doc.read_text():
             doc.write_text(splice(doc.read_text(), block))
             print(f"updated {doc}")

@@ -46,6 +46,15 @@ class Config:
     checkpoints: tuple[int, ...] = (0, 100, 200)  # steps at which the credit lab measures credit
     lab_pairs: int = 128  # (trajectory, turn) pairs per checkpoint batch with a ground truth
     lab_branches: int = 32  # N: branch pairs per ground-truth estimate
+    # The lab after step 0 measures the first ``lab_seeds`` seeds of each method only (0: all):
+    # at step 0 every method shares one policy per seed, so the whole seed range costs one lab
+    # per seed; after training each method's policy is its own, so each seed costs a lab per
+    # method. The held-out success (the verdict) is measured on every seed.
+    lab_seeds: int = 0
+    # Machine-independence probe: every method's training credit multiplied by ``1 + perturb·z``
+    # (``z`` standard normal, fresh per step and instance) — a change of the last bits, the
+    # in-process stand-in for another CPU's float reductions. 0: off.
+    perturb: float = 0.0
     settings: Settings = field(default_factory=Settings)
 
 
@@ -154,8 +163,9 @@ def loss_fn(model: Policy, batch: Batch, normalizer: jax.Array, value_coef: jax.
     (``½·max((V − R)², (clip(V, V_old ± c) − R)²)``, verl's clip ``c = 0.5``).
     """
     loss, metrics = credax.nnx.policy_loss_fn(
-        model, batch.policy, apply=_apply(batch.obs), agg="token-mean", normalizer=normalizer,
-        clip_low=cfg.clip, clip_high=cfg.clip,
+        model, batch.policy, apply=_apply(batch.obs),
+        options=credax.LossOptions(agg="token-mean", normalizer=normalizer, clip_low=cfg.clip,
+                                   clip_high=cfg.clip),
     )
     v = credax.value_loss(model.value(batch.obs), batch.old_values, batch.returns, batch.turn_mask,
                           clip=cfg.settings.value_clip)
@@ -277,7 +287,9 @@ class Runner:
     """The compiled programs of one configuration (one task) and the loop that drives them.
 
     Every (method, seed) pair is one instance of a ``vmap``: method ``i`` of ``methods`` owns the
-    instances ``[i·S, (i+1)·S)``. A training step is three programs: the rollout of every
+    instances ``[o_i, o_i + S_i)``, its seeds ``0..S_i-1`` (``counts``: ``S_i`` per method, the
+    headline methods more than the rest; ``None``: every method the ``run``'s seeds). A training
+    step is three programs: the rollout of every
     instance (hot), every method's credit on its own instances only (one cold program holding
     each method's credit code once, applied to its static slice; the true-advantage control,
     whose per-turn branch rollouts are hot, has its own program), and the optimisation epochs of
@@ -286,10 +298,13 @@ class Runner:
     initial parameters and keys, so the lab's step-0 batch is the same for all of them.
     """
 
-    def __init__(self, cfg: Config, methods: tuple[Method, ...]):
+    def __init__(self, cfg: Config, methods: tuple[Method, ...], counts: tuple[int, ...] | None = None):
         from . import checkpoint
 
         self.cfg, self.methods = cfg, tuple(methods)
+        self.counts = None if counts is None else tuple(int(c) for c in counts)
+        if self.counts is not None and len(self.counts) != len(self.methods):
+            raise ValueError(f"counts: {len(self.counts)} seed counts for {len(self.methods)} methods")
         # Seconds (wall, this thread, results waited for) per phase: where the run's time goes.
         self.timers: dict[str, float] = {}
         self.train_pool, self.eval_pool = E.split_targets(cfg.task)
@@ -311,12 +326,13 @@ class Runner:
                                  in_axes=(0, 0, None)))
 
         def credits(states, ctx):
-            n = ctx.outcome.shape[0] // len(methods)
+            spans = self._spans(ctx.outcome.shape[0])
             out = []
             for i, m in enumerate(methods):
-                sl = lambda x, i=i: x[i * n:(i + 1) * n]
+                a, b = spans[i]
+                sl = lambda x, a=a, b=b: x[a:b]
                 if i in self.solo:
-                    out.append(jnp.zeros_like(ctx.rollout.scores[:n]))
+                    out.append(jnp.zeros_like(ctx.rollout.scores[a:b]))
                     continue
                 out.append(jax.vmap(lambda st, c, m=m: credit_phase(gd, st, c, m, cfg))(
                     jax.tree.map(sl, states), jax.tree.map(sl, ctx)))
@@ -335,6 +351,9 @@ class Runner:
         uv = np.asarray([m.value_loss for m in methods])
         self._flags = (dr, uv)
         self.update = hot(jax.vmap(lambda st, c, a, d, u: update_phase(gd, st, c, a, d, u, cfg)))
+        # 1 + perturb·z on every instance's training credit (Config.perturb), z from the step key.
+        self.perturb = hot(jax.vmap(lambda a, k: a * (1.0 + cfg.perturb * jax.random.normal(
+            jax.random.fold_in(k, 0x5EED), a.shape, a.dtype))))
 
         def ev(state, key, targets):
             model, _ = nnx.merge(gd, state)
@@ -345,6 +364,14 @@ class Runner:
 
     # --- driving the programs ----------------------------------------------------------------
 
+    def _spans(self, total: int) -> list[tuple[int, int]]:
+        """``[(start, stop)]``: the instances of each method among ``total``."""
+        counts = self.counts or (total // len(self.methods),) * len(self.methods)
+        if sum(counts) != total:
+            raise ValueError(f"{total} instances for seed counts {counts}")
+        ends = np.cumsum(counts)
+        return [(int(e - c), int(e)) for c, e in zip(counts, ends, strict=True)]
+
     def _timed(self, phase, f, *args, **kw):
         t = time.perf_counter()
         out = jax.block_until_ready(f(*args, **kw))
@@ -354,41 +381,60 @@ class Runner:
     def step_credit(self, states, ctx):
         """Every instance's own method's advantages ``f32[M·S, B, K]``."""
         adv = self.credits(states, ctx)
-        n = ctx.outcome.shape[0] // len(self.methods)
+        spans = self._spans(ctx.outcome.shape[0])
         for i in self.solo:
-            sl = lambda x, i=i: x[i * n:(i + 1) * n]
+            a, b = spans[i]
+            sl = lambda x, a=a, b=b: x[a:b]
             true = self.true_credit[i](jax.tree.map(sl, states), jax.tree.map(sl, ctx))
-            adv = jnp.concatenate([adv[:i * n], true, adv[(i + 1) * n:]])
+            adv = jnp.concatenate([adv[:a], true, adv[b:]])
         return adv
 
     def lab(self, states, keys, *, shared: bool = False) -> dict:
         """The credit lab on every instance's own policy: ``{method name: checkpoint.LabBatch}``.
-        ``shared``: every method's instances hold the same parameters (step 0)."""
+        ``shared``: every method's instances hold the same parameters (step 0): one lab per seed
+        serves every method, on all its seeds; otherwise each method's first ``cfg.lab_seeds``
+        seeds (all when 0)."""
         from . import checkpoint
 
-        S = states_leading(states) // len(self.methods)
+        spans = self._spans(states_leading(states))
         ctx = self.roll(states, keys, self.train_pool)
         adv = np.asarray(self.step_credit(states, ctx))  # the true-advantage controls' own too
         names = {m.name: i for i, m in enumerate(self.methods)}
-        sl = lambda x, i: jax.tree.map(lambda a: a[i * S:(i + 1) * S], x)
+        cap = lambda n: n if shared or not self.cfg.lab_seeds else min(n, self.cfg.lab_seeds)
+        span = lambda i: (spans[i][0], spans[i][0] + cap(spans[i][1] - spans[i][0]))
+        def sl(x, i):
+            lo, hi = span(i)
+            return jax.tree.map(lambda a: a[lo:hi], x)
+
         extra = {}
         for host, group, fn in [("tcpo_hindsight", self.diagnostics, self.diag_credits),
                                 ("grpo", self.baselines, self.baseline_credits)]:
             if group and host in names:
                 i = names[host]
                 extra[host] = (group, np.asarray(fn(sl(states, i), sl(ctx, i))))
-        # One method's instances per call (one compiled shape); at step 0 every method holds the
-        # same parameters and keys, so one call serves all of them. Each core is assembled at once
-        # and dropped: its per-turn gradient rows ([S, B·K, D], ~140 MB at the default size) are
-        # the big part: every method's worth held at once is ~20 x 140 MB, ~3 GB per task.
+        # The device part runs in chunks of the smallest method's seed count (one compiled shape
+        # for every call). At step 0 every method holds the same parameters and keys, so the
+        # method with the most seeds serves all of them (the others take its first seeds). Each
+        # core is assembled at once and dropped: its per-turn gradient rows ([S, B·K, D], ~140 MB
+        # at the default size for 5 seeds) are the big part.
+        chunk = min(cap(b - a) for a, b in spans)
+
+        def core_of(i):
+            a, b = span(i)
+            parts = []
+            for c in range(a, b, chunk):
+                sub = lambda x, c=c: jax.tree.map(lambda v: v[c:min(c + chunk, b)], x)
+                parts.append(jax.tree.map(np.asarray, self.lab_core(sub(states), sub(ctx), sub(keys))))
+            return parts[0] if len(parts) == 1 else jax.tree.map(lambda *v: np.concatenate(v), *parts)
+
         out, shared_core = {}, None
+        if shared:
+            widest = max(range(len(spans)), key=lambda i: spans[i][1] - spans[i][0])
+            shared_core = core_of(widest)
         for m, i in names.items():
-            if shared and shared_core is not None:
-                core = shared_core
-            else:
-                core = jax.tree.map(np.asarray, self.lab_core(sl(states, i), sl(ctx, i), sl(keys, i)))
-                shared_core = core if shared else None
-            rows = [(m, adv[i * S:(i + 1) * S])]
+            a, b = span(i)
+            core = core_of(i) if shared_core is None else jax.tree.map(lambda v, n=b - a: v[:n], shared_core)
+            rows = [(m, adv[a:b])]
             if m in extra:
                 group, credit = extra[m]
                 rows += [(d.name, credit[j]) for j, d in enumerate(group)]
@@ -405,17 +451,23 @@ class Runner:
         {name: Metrics})`` is called after every ``eval_every`` steps.
         """
         cfg, methods = self.cfg, self.methods
-        S, M = len(seeds), len(self.methods)
+        M = len(self.methods)
+        counts = self.counts or (len(seeds),) * M
+        if max(counts) > len(seeds):
+            raise ValueError(f"seed counts {counts} need {max(counts)} seeds; got {len(seeds)}")
         keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, dtype=jnp.uint32))
         fold = lambda ks, i: jax.vmap(lambda k: jax.random.fold_in(k, i))(ks)
-        tile = lambda x: jax.tree.map(lambda a: jnp.concatenate([a] * M, axis=0), x)
+        # Per seed -> per instance: method i's instances are its seeds 0..S_i-1.
+        take = jnp.asarray(np.concatenate([np.arange(c) for c in counts]))
+        tile = lambda x: jax.tree.map(lambda a: a[take], x)
+        bounds = np.cumsum((0,) + tuple(counts))
         k_init, k_train, k_eval, k_lab = (fold(keys, i) for i in range(4))
         total = cfg.steps if steps is None else steps
         chunks = max(1, total // cfg.eval_every)
         marks = sorted(s for s in cfg.checkpoints if s <= chunks * cfg.eval_every)
         host = lambda x: jax.tree.map(np.asarray, x)
-        split = lambda x: jax.tree.map(lambda a: a.reshape(M, S, *a.shape[1:]), x)
-        dr, uv = (jnp.asarray(np.repeat(f, S)) for f in self._flags)
+        split = lambda x: [jax.tree.map(lambda a, i=i: a[bounds[i]:bounds[i + 1]], x) for i in range(M)]
+        dr, uv = (jnp.asarray(np.repeat(f, counts)) for f in self._flags)
         states = tile(self._timed("init", self.init_state, k_init))
         curves = [[] for _ in range(M)]
         infos = [[] for _ in range(M)]
@@ -425,11 +477,11 @@ class Runner:
             ms = split(host(self._timed("evaluate", self.evaluate, states,
                                         tile(fold(k_eval, at // cfg.eval_every)), self.eval_pool)))
             for i in range(M):
-                curves[i].append((at, jax.tree.map(lambda a, i=i: a[i], ms)))
+                curves[i].append((at, ms[i]))
             if at in marks:
                 t = time.perf_counter()
                 lb = self.lab(states, tile(fold(k_lab, at)), shared=at == 0)
-                self.timers["lab"] = self.timers.get("lab", 0.0) + time.perf_counter() - t
+                self.timers[f"lab@{at}"] = self.timers.get(f"lab@{at}", 0.0) + time.perf_counter() - t
                 for i, m in enumerate(methods):
                     labs[i][at] = lb[m.name]
 
@@ -442,12 +494,14 @@ class Runner:
                 k_step = tile(step_keys[:, k])
                 ctx = self._timed("rollout", self.roll, states, k_step, self.train_pool)
                 adv = self._timed("credit", self.step_credit, states, ctx)
+                if cfg.perturb:
+                    adv = self.perturb(adv, k_step)
                 states, info = self._timed("update", self.update, states, ctx, adv, dr, uv)
                 chunk_info.append(info)
             at = (c + 1) * cfg.eval_every
             info = split(host(jax.tree.map(lambda *xs: jnp.mean(jnp.stack(xs), axis=0), *chunk_info)))
             for i in range(M):
-                infos[i].append(jax.tree.map(lambda a, i=i: a[i], info))
+                infos[i].append(info[i])
             measure(at)
             if log is not None:
                 log(at, chunks * cfg.eval_every, {m.name: curves[i][-1][1] for i, m in enumerate(methods)})
@@ -468,10 +522,10 @@ class Run(NamedTuple):
 _RUNNERS: dict = {}
 
 
-def get_runner(cfg: Config, methods: tuple[Method, ...]) -> Runner:
+def get_runner(cfg: Config, methods: tuple[Method, ...], counts: tuple[int, ...] | None = None) -> Runner:
     """A cached :class:`Runner`: configurations that differ only in ``steps`` share the compiled
     programs (``steps`` only sets how many steps the Python loop runs; pass it to ``run``)."""
-    key = (replace(cfg, steps=0), tuple(methods))
+    key = (replace(cfg, steps=0), tuple(methods), None if counts is None else tuple(counts))
     if key not in _RUNNERS:
-        _RUNNERS[key] = Runner(cfg, methods)
+        _RUNNERS[key] = Runner(cfg, methods, counts)
     return _RUNNERS[key]

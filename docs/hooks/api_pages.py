@@ -29,6 +29,7 @@ TITLES = {
     "_group_ids": "Group ids",
     "_grouping": "Grouping",
     "_normalization": "Normalization options",
+    "_loss_options": "Policy-loss options",
     "_outcome": "Outcome advantages: GRPO, Dr. GRPO, RLOO, GDPO",
     "_turns": "Turn tools",
     "_tcpo": "TCPO",

@@ -138,9 +138,9 @@ def tcpo_credit(r, groups):
 def loss_fn(model, r, advantages, token_turn):
     logits = model(r.obs, r.tokens)                                  # [B, K, 3, vocab]
     logp = credax.token_logprobs(logits.reshape(B, K * SLOTS, -1), r.tokens.reshape(B, -1))
-    out = credax.policy_loss(logp, r.logp.reshape(B, -1), advantages,
-                             r.token_mask.reshape(B, -1), token_turn=token_turn,
-                             clip_low=CLIP, clip_high=CLIP)
+    out = credax.policy_loss(logp, r.logp.reshape(B, -1), advantages, r.token_mask.reshape(B, -1),
+                             token_turn=token_turn,
+                             options=credax.LossOptions(clip_low=CLIP, clip_high=CLIP))
     return out.loss, out.metrics
 
 

@@ -24,13 +24,16 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
 * ``_vetta``    VETTA: turn GAE plus the within-response-centred token GAE residual
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
+* ``_loss_options`` ``LossOptions``, the one options value of the policy loss (``options=``)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
 * ``_validate`` eager input checks; ``_checks`` trace-time argument checks
-* ``_readers``  rollout files: credax's JSONL schema and verl's ``rollout_data_dir`` dump
+* ``_readers``  rollout files: credax's JSONL schema, verl's ``rollout_data_dir`` dump, Tunix's trajectories
 * ``_rollouts`` ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
+* ``_batch``, ``_registry`` the turn batch and the method registry: how to call each public
+  function on a batch (what explain, verl, the bench and the lab read)
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
   explicitly; its checkers need hypothesis) strategies and invariant checkers for your own credit
-  code, and the call table of every public function (``credax.testing.calls``).
+  code, and the tests' call table built on the registry (``credax.testing.calls``).
 """
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
@@ -66,6 +69,7 @@ from ._logprobs import LogprobsEntropy as LogprobsEntropy
 from ._logprobs import token_entropy as token_entropy
 from ._logprobs import token_logprobs as token_logprobs
 from ._logprobs import token_logprobs_from_hidden as token_logprobs_from_hidden
+from ._loss_options import LossOptions as LossOptions
 from ._losses import PolicyLoss as PolicyLoss
 from ._losses import PolicyMetrics as PolicyMetrics
 from ._losses import aggregate as aggregate
@@ -80,6 +84,7 @@ from ._pgpo import PGPO as PGPO
 from ._pgpo import pgpo_advantages as pgpo_advantages
 from ._readers import RolloutFormatError as RolloutFormatError
 from ._readers import read_rollouts as read_rollouts
+from ._readers import rollouts_from_tunix as rollouts_from_tunix
 from ._readers import write_rollouts as write_rollouts
 from ._redistribute import redistribute_advantages as redistribute_advantages
 from ._reinforce import gpg_advantages as gpg_advantages

@@ -16,15 +16,19 @@ range-checked and replicated. A call then runs four steps, in this order:
    ``credax.torch``), and a host array that JAX would narrow silently without ``jax_enable_x64``
    is refused by name (:func:`credax._checks.check_host_range`): a NumPy ``float64`` value finite
    but beyond float32 (``1e39`` would become ``inf``), an ``int64`` / ``uint64`` index beyond
-   int32 (``2**32`` would wrap to ``0``). Converted ids and static options are exempt: ids are
-   densified exactly on the host, static options never reach JAX as arrays.
+   int32 (``2**32`` would wrap to ``0``), a Python or NumPy number beyond float32 (``eps=1e39``).
+   Converted ids and static options are exempt: ids are densified exactly on the host, static
+   options never reach JAX as arrays. ``None`` for a numeric hyperparameter (a config null) and
+   an options value given for another argument (``f(x, ids, presets.VERL)`` lands on ``mask``)
+   are refused naming the argument.
 2. **check** the bound arguments (defaults applied): the only place where the *value* of a traced
    hyperparameter can be seen. Concrete values (Python numbers, NumPy scalars, committed JAX
    arrays — every ordinary call, including calls with Python floats from inside the caller's own
    ``jit``) are checked; a value traced by the caller's ``jit`` cannot be, and is used as given
    (:func:`concrete_float` returns ``None`` for it).
 3. **rewrite** each argument by its plan: a static option given as a concrete 0-d array becomes
-   the Python value ``jit`` hashes; an array sharded over *Explicit* mesh axes is replicated
+   the Python value ``jit`` hashes (a static bool option accepts only a bool: ``"false"`` is a
+   ``TypeError``, never read by truthiness); an array sharded over *Explicit* mesh axes is replicated
    (:func:`replicate_explicit`); a converted argument (group ids → :class:`credax.Groups`) is
    converted on the host, so raw ids and a precomputed ``Groups`` hit the same compiled program
    and concrete 64-bit ids are checked exactly.
@@ -124,6 +128,11 @@ POSITIVE = (lambda v: v > 0 and _finite(v), "be > 0 and finite")
 UNIT = (lambda v: 0 <= v <= 1, "lie in [0, 1]")
 
 
+def _null(name: str) -> TypeError:
+    return TypeError(f"`{name}` must be a number; got None (a null in a config?). Leave it out "
+                     "for its default.")
+
+
 def check_values(**rules) -> Callable[[Mapping], None]:
     """A ``check`` for :func:`jit_public`: each named argument, when concrete, obeys its rule.
 
@@ -136,6 +145,7 @@ def check_values(**rules) -> Callable[[Mapping], None]:
             if arguments.get(name) is not None:
                 check_concrete(arguments[name], name, ok, requirement)
 
+    check.names = tuple(rules)  # the entry refuses None for a required one of these by name
     return check
 
 
@@ -250,6 +260,36 @@ class _Bound:
 
 
 
+def unexpected_keyword(function: str, name: str, hints: Mapping[str, str]) -> TypeError:
+    """The ``TypeError`` of an unknown keyword, with the entry's hint for it (where the removed
+    keyword went); ``credax.torch`` raises the same one."""
+    hint = f" {hints[name]}" if name in hints else ""
+    return TypeError(f"{function}() got an unexpected keyword argument {name!r}.{hint}")
+
+
+def _misplaced_option(value, name: str, names: frozenset) -> None:
+    """``TypeError`` naming both arguments when an options value (a :class:`credax.Normalization`,
+    which declares its keyword as ``_credax_option``) is given for another argument: a preset passed
+    positionally lands on ``mask``, which JAX would otherwise report from inside the trace."""
+    option = getattr(type(value), "_credax_option", None)
+    if option is not None and option != name:
+        where = (f"pass it by keyword, `{option}=`" if option in names
+                 else f"this function takes no `{option}=`")
+        raise TypeError(f"`{name}` got a credax.{type(value).__name__}, an options value: {where} "
+                        f"(a preset given positionally lands on `{name}`).")
+
+
+def static_bool(name: str, value) -> bool:
+    """A static bool option as the Python bool ``jit`` hashes: ``True`` / ``False``, a NumPy bool
+    or a concrete 0-d bool array. Anything else (``"false"``, ``0``, ``None``) is a ``TypeError``:
+    read by truthiness, the string ``"false"`` would switch the option on."""
+    value = static_python(name, value)
+    if type(value) is not bool:
+        raise TypeError(f"`{name}` must be a Python bool (True or False); got {type(value).__name__} "
+                        f"{value!r} (an option is never read by truthiness: 'false' is truthy).")
+    return value
+
+
 def static_python(name: str, value):
     """A static option as the Python value ``jit`` hashes (step 3 for a static argument).
 
@@ -277,6 +317,8 @@ class ArgumentPlan(NamedTuple):
 
     name: str
     static: bool = False  # a jit static option (step 3: a concrete 0-d array → its Python value)
+    boolean: bool = False  # a static option whose default is a bool: only a bool is accepted
+    numeric: bool = False  # a hyperparameter whose default is a number: `None` is refused
     convert: Callable | None = None  # host conversion before tracing (``None`` passes through)
     replicated: bool = False  # Explicit-mesh shardings gathered first, on every array leaf
     range_checked: bool = True  # step 1: host float64 / int64 values JAX would narrow, refused
@@ -290,7 +332,7 @@ class ArgumentPlan(NamedTuple):
         """Step 3 for this argument as one function (``None``: passed as given): static → its
         Python value; otherwise replicate, then convert."""
         if self.static:
-            return functools.partial(static_python, self.name)
+            return functools.partial(static_bool if self.boolean else static_python, self.name)
         convert, replicated = self.convert, self.replicated
         if convert is None:
             return _replicate_tree if replicated else None
@@ -304,8 +346,13 @@ class ArgumentPlan(NamedTuple):
 
 
 def argument_plans(signature: inspect.Signature, *, static_argnames=(), convert=None,
-                   replicate: bool = False) -> dict[str, ArgumentPlan]:
+                   replicate: bool = False, numeric=()) -> dict[str, ArgumentPlan]:
     """Each parameter's :class:`ArgumentPlan` from :func:`jit_public`'s declarations.
+
+    A static option with a bool default accepts only a bool; a hyperparameter with a number as
+    its default, or a required one that ``check`` range-checks (``numeric``: its rule names), refuses
+    ``None`` by name (a config null would otherwise reach ``jnp.asarray`` inside the trace),
+    unless its annotation admits ``None`` (``value_loss(clip=None)``: no clipping).
 
     Converted ids and static options are exempt from the range check (ids are densified exactly
     on the host; static options never reach JAX as arrays). ``convert`` implies ``replicate``:
@@ -320,10 +367,16 @@ def argument_plans(signature: inspect.Signature, *, static_argnames=(), convert=
     if both:
         raise ValueError(f"jit_public: {sorted(both)} cannot be both static and converted.")
     replicate = replicate or bool(convert)
+    defaults = {name: p.default for name, p in signature.parameters.items()}
+    annotations = {name: p.annotation for name, p in signature.parameters.items()}
     return {
         name: ArgumentPlan(
             name,
             static=name in static_argnames,
+            boolean=name in static_argnames and type(defaults[name]) is bool,
+            numeric=name not in static_argnames and "None" not in str(annotations[name]) and (
+                type(defaults[name]) in (int, float)
+                or (defaults[name] is inspect.Parameter.empty and name in numeric)),
             convert=convert.get(name),
             replicated=replicate and name not in static_argnames,
             range_checked=name not in static_argnames and name not in convert,
@@ -355,13 +408,15 @@ class PublicFunction:
         self.body = body
         self.signature = inspect.signature(body)
         self.plan = types.MappingProxyType(argument_plans(
-            self.signature, static_argnames=static_argnames, convert=convert, replicate=replicate))
+            self.signature, static_argnames=static_argnames, convert=convert, replicate=replicate,
+            numeric=getattr(check, "names", ())))
         self.jitted = jax.jit(body, static_argnames=static_argnames)
         # The per-call forms of the plan (plain tuples, sets and dicts: read on every call).
         kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         positional = [a for a in self.plan.values() if self.signature.parameters[a.name].kind in kinds]
         self._screen_at = tuple((a.name, a.range_checked) for a in positional)
         self._unchecked = frozenset(a.name for a in self.plan.values() if not a.range_checked)
+        self._numeric = frozenset(a.name for a in self.plan.values() if a.numeric)
         self._rewrite_at = tuple(a.rewriter() for a in positional)
         self._rewrite_named = {a.name: a.rewriter() for a in self.plan.values() if a.rewrites}
         self._check, self._hints = check, dict(hints or {})
@@ -395,16 +450,21 @@ class PublicFunction:
         function = self.__name__
         if not kwargs.keys() <= self._names:
             name = sorted(kwargs.keys() - self._names)[0]
-            hint = f" {self._hints[name]}" if name in self._hints else ""
-            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}.{hint}")
+            raise unexpected_keyword(function, name, self._hints)
         for (name, range_checked), value in zip(self._screen_at, args, strict=False):
             _checks.reject_torch(value, name, function)  # extra arguments: left to jit's error
+            _misplaced_option(value, name, self._names)
             if range_checked:
                 _checks.check_host_range(value, name)
+            if value is None and name in self._numeric:
+                raise _null(name)
         for name, value in kwargs.items():
             _checks.reject_torch(value, name, function)
+            _misplaced_option(value, name, self._names)
             if name not in self._unchecked:
                 _checks.check_host_range(value, name)
+            if value is None and name in self._numeric:
+                raise _null(name)
 
     def _check_bound(self, args, kwargs):
         """Step 2: ``check`` on the bound arguments (defaults applied)."""

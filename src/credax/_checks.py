@@ -9,6 +9,7 @@ eager ``validate_*`` functions of ``_validate.py``.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 
@@ -64,6 +65,24 @@ def _where(arr: np.ndarray, flat: int) -> str:
     return str(index[0]) if len(index) == 1 else str(tuple(int(i) for i in index))
 
 
+def _at(arr: np.ndarray, flat: int) -> str:
+    return "" if arr.ndim == 0 else f" at index {_where(arr, flat)}"
+
+
+def check_float32(value: float, name: str) -> None:
+    """``ValueError`` for a concrete number finite as a double but beyond float32's range.
+
+    Without ``jax_enable_x64`` JAX computes in float32, where ``1e39`` is ``inf``: a
+    hyperparameter (``eps``, ``gamma``, GPG's ``alpha``) or a value of that size would turn into
+    ``inf`` silently inside the program. NaN and ±inf are left to the argument's own rule.
+    """
+    if math.isfinite(value) and abs(value) > _F32_MAX and not jax.config.jax_enable_x64:
+        raise ValueError(
+            f"`{name}` = {value:g} is finite in float64 but beyond float32's range "
+            f"(±{_F32_MAX:.4g}); without `jax_enable_x64` JAX computes in float32 and would make "
+            "it inf. Rescale it, or enable x64.")
+
+
 def check_host_range(x, name: str) -> None:
     """``ValueError`` for a host value that JAX would narrow silently without ``jax_enable_x64``.
 
@@ -74,8 +93,19 @@ def check_host_range(x, name: str) -> None:
     in the array, masked entries included (the check cannot know which mask goes with it). JAX
     arrays were narrowed already when they were made, and traced values cannot be seen.
     """
+    if type(x) is float:  # a hyperparameter (the common case): one comparison
+        if abs(x) > _F32_MAX:
+            check_float32(x, name)
+        return
+    if type(x) is int:
+        if not _I32.min <= x <= _I32.max and not jax.config.jax_enable_x64:
+            raise ValueError(f"`{name}` = {x} is a Python int outside int32: without "
+                             "`jax_enable_x64` JAX cannot hold it. Pass a float, or enable x64.")
+        return
     if isinstance(x, np.ndarray):
         arr = x
+    elif isinstance(x, np.generic):  # a NumPy scalar (`np.float64(1e39)`): as its 0-d array
+        arr = np.asarray(x)
     elif type(x) is list and x and not isinstance(x[0], jax.Array):  # never pull arrays back
         try:
             arr = np.asarray(x)
@@ -92,7 +122,7 @@ def check_host_range(x, name: str) -> None:
         if bad.any():
             flat = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"`{name}` holds {float(arr.flat[flat]):g} at index {_where(arr, flat)}: finite in "
+                f"`{name}` holds {float(arr.flat[flat]):g}{_at(arr, flat)}: finite in "
                 f"float64 but beyond float32's range (±{_F32_MAX:.4g}); without `jax_enable_x64` "
                 "JAX computes in float32 and would make it inf. Rescale the values, or enable x64.")
     elif kind in "iu" and size > 4:
@@ -100,7 +130,7 @@ def check_host_range(x, name: str) -> None:
         if lo < _I32.min or hi > _I32.max:
             flat = int(np.flatnonzero((arr < _I32.min) | (arr > _I32.max))[0])
             raise ValueError(
-                f"`{name}` holds {int(arr.flat[flat])} at index {_where(arr, flat)}, outside int32: "
+                f"`{name}` holds {int(arr.flat[flat])}{_at(arr, flat)}, outside int32: "
                 "without `jax_enable_x64` JAX would wrap it to 32 bits silently. Ids belong in "
                 "`group_ids` / `anchor_ids` (densified exactly); other integer inputs (turn "
                 "indices, role codes, token ids) must fit in int32.")

@@ -85,9 +85,13 @@ def g2po_advantages(
     ``Normalization()``: unbiased std, ``+1e-6``: the shipped run's ``mean_std_norm``;
     ``Normalization(scale="none")`` is the code's default ``mean_norm``). Its ``singleton`` field
     is set per part by G2PO's rules: a node of one step gets ``C1 = 0``, a prompt with one step
-    ``C2 = 0`` (the code: NaN from ``torch.std`` of one value), and a prompt with one row keeps
-    its raw reward as ``E`` (the code's mean 0, std 1). Constant sets give exactly ``0`` (the code
-    divides a float residue by ``eps``).
+    ``C2 = 0`` (the code: NaN from ``torch.std`` of one value), and a prompt whose episode
+    population is a single value keeps its raw reward as ``E`` (the code's mean 0, std 1). That
+    population is the prompt's *steps* under the default ``episode_pooling="step"`` (the code's
+    rows are steps): a prompt with one trajectory of two or more steps is a constant set, so
+    ``E = 0`` on each step, and only a one-step prompt keeps its raw reward; under
+    ``"trajectory"`` it is the prompt's trajectories, and a one-trajectory prompt keeps its raw
+    reward. Constant sets give exactly ``0`` (the code divides a float residue by ``eps``).
 
     Parity: ``tests/test_g2po.py`` checks this value for value against a NumPy restatement of
     ``g2po/core_g2po.py`` (``compute_group_aggregation_values`` then
@@ -134,6 +138,12 @@ def g2po_advantages(
       >>> # A = (5 + 4.75 + 4.74375, 5 + .25625), (-5 - 4.75 - 4.75625, -5 - .24375)
       >>> [[round(float(v), 4) for v in row] for row in out.advantages]
       [[14.4937, 5.2562], [-14.5063, -5.2438]]
+      >>> # A prompt with one trajectory of two steps: its step population (10, 10) is constant.
+      >>> one = (jnp.array([10.0]), jnp.array([[1, 2]]), jnp.ones((1, 2), bool), jnp.zeros(1, int))
+      >>> credax.g2po_advantages(*one).episode.tolist()
+      [[0.0, 0.0]]
+      >>> credax.g2po_advantages(*one, episode_pooling="trajectory").episode.tolist()
+      [[10.0, 10.0]]
 
     References:
       Group-Graph Policy Optimization for Long-Horizon Agentic Reinforcement Learning; code

@@ -28,19 +28,10 @@ from ._logprobs import (
     _scaled,
     check_hidden_and_unembedding,
 )
-from ._losses import (
-    AGG_MODES,
-    KL_ESTIMATORS,
-    LOG_RATIO_CLAMP,
-    RATIO_LEVELS,
-    ROLLOUT_IS_LEVELS,
-    PolicyLoss,
-    _check_policy_args,
-    _policy_loss_body,
-    check_agg,
-)
+from ._loss_options import MOVED_TO_LOSS_OPTIONS, LossOptions, as_loss_options
+from ._losses import PolicyLoss, _check_policy_args, _policy_loss_body, _token_advantages
 
-_STATIC = ("chunk_size", "agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight")
+_STATIC = ("chunk_size",)
 # Token arrays of the loss, padded to the chunked length (masked there) with these values.
 _TOKEN_FIELDS = ("old_logp", "ref_logp", "rollout_logp")
 
@@ -64,17 +55,16 @@ def _chunk_logprobs(h, w, tok, valid, dtype, inv_temp):
     return logits, safe, in_range, lse, _checks.select(valid, lp)
 
 
-def _run(hidden, unembedding, tokens, valid, consts, statics, with_grad: bool):
+def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad: bool):
     """The chunked scan over ``[n, B, c, ...]`` inputs: the ``[n, B, c]`` log-probs and, with
     ``with_grad``, the gradients of the loss w.r.t. the chunked hidden states and ``unembedding``."""
-    chunk_size, options = statics
     dtype = _checks.compute_dtype(hidden.dtype)
     inv_temp = _inverse_temperature(consts["temperature"], dtype)
     num_chunks, batch, _, dim = hidden.shape
     loss_args = _loss_args(consts)
 
     def loss_of(lp_chunks):  # [n, B, c] log-probs -> the scalar loss
-        return _loss(lp_chunks, loss_args, options).loss
+        return _loss(lp_chunks, loss_args).loss
 
     # Positions outside the chunk being differentiated hold the behaviour policy's log-probs
     # (ratio 1, finite): with a per-token ratio their values do not enter the chunk's gradient.
@@ -122,17 +112,11 @@ def _unchunk(x):  # [n, B, c, ...] -> [B, n*c, ...]
     return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
 
 
-def _loss(lp_chunks, loss_args, options) -> PolicyLoss:
+def _loss(lp_chunks, loss_args) -> PolicyLoss:
     args = dict(loss_args)
     lp = _unchunk(lp_chunks)
     return _policy_loss_body(lp, args.pop("old_logp"), args.pop("advantages"), args.pop("mask"),
-                             **args, **dict(options))
-
-
-# The scalar hyperparameters of the loss: their gradients (d loss / d normalizer, kl_coef, ...)
-# are the loss body's at the computed log-probs, which do not depend on them.
-_HYPER = ("clip_low", "clip_high", "dual_clip", "ratio_cap", "normalizer", "kl_coef",
-          "rollout_is_threshold", "entropy_coef", "log_ratio_clamp", "kl_clamp")
+                             **args)
 
 
 def _loss_args(consts):
@@ -140,28 +124,30 @@ def _loss_args(consts):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _fused(hidden, unembedding, tokens, valid, consts, statics):
-    lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, statics, with_grad=False)
-    return _loss(lp, _loss_args(consts), statics[1])
+def _fused(hidden, unembedding, tokens, valid, consts, chunk_size):
+    lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False)
+    return _loss(lp, _loss_args(consts))
 
 
-def _fused_fwd(hidden, unembedding, tokens, valid, consts, statics):
-    lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, statics,
+def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size):
+    lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, chunk_size,
                                     with_grad=True)
-    out = _loss(lp, _loss_args(consts), statics[1])
+    out = _loss(lp, _loss_args(consts))
     return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts)
 
 
-def _fused_bwd(statics, residuals, cotangent):
+def _fused_bwd(chunk_size, residuals, cotangent):
     # The metrics are stop_gradient quantities of policy_loss: only the loss carries a gradient.
     # old_logp, advantages, ref_logp and rollout_logp are constants of policy_loss (no gradient).
+    # The numeric options' gradients (d loss / d normalizer, kl_coef, ...) are the loss body's at
+    # the computed log-probs, which do not depend on them.
     dh, dw, d_inv_temp, lp, consts = residuals
     g = cotangent.loss
     args = _loss_args(consts)
-    hyper = {k: args[k] for k in _HYPER if args.get(k) is not None}
-    _, hyper_vjp = jax.vjp(lambda hy: _loss(lp, {**args, **hyper, **hy}, statics[1]).loss, hyper)
-    (d_hyper,) = hyper_vjp(g)
-    d_consts = {k: d_hyper.get(k) for k in consts}
+    _, options_vjp = jax.vjp(lambda o: _loss(lp, {**args, "options": o}).loss, args["options"])
+    (d_options,) = options_vjp(g)
+    d_consts = {k: None for k in consts}
+    d_consts["options"] = d_options
     if consts.get("temperature") is not None:
         _, temp_vjp = jax.vjp(lambda t: _inverse_temperature(t, d_inv_temp.dtype),
                               consts["temperature"])
@@ -177,7 +163,8 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 # operand against its unsharded carries (ShardingTypeError, tests/test_multidevice.py); the inputs
 # are gathered first, which costs the data parallelism of this call there. Auto (GSPMD) shardings
 # and single-device arrays pass unchanged (credax._api.replicate_explicit).
-@jit_public(static_argnames=_STATIC, check=_check_args, replicate=True)
+@jit_public(static_argnames=_STATIC, check=_check_args, replicate=True,
+            hints=MOVED_TO_LOSS_OPTIONS)
 def policy_loss_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],
@@ -188,32 +175,18 @@ def policy_loss_from_hidden(
     *,
     chunk_size: int | None = None,
     temperature: float | Float[Array, ""] | None = None,
-    clip_low: float | Float[Array, ""] = 0.2,
-    clip_high: float | Float[Array, ""] = 0.2,
-    dual_clip: float | Float[Array, ""] | None = None,
-    ratio_cap: float | Float[Array, ""] | None = None,
-    agg: str = "token-mean",
-    normalizer: float | Float[Array, ""] | None = None,
+    options: LossOptions | None = None,
     ref_logp: Float[Array, "B T"] | None = None,
-    kl_coef: float | Float[Array, ""] = 0.0,
-    kl_estimator: str = "k3",
-    ratio: str = "token",
     token_turn: Int[Array, "B T"] | None = None,
     rollout_logp: Float[Array, "B T"] | None = None,
-    rollout_is: str = "token",
-    rollout_is_threshold: float | Float[Array, ""] = 2.0,
     entropy: Float[Array, "B T"] | None = None,
-    entropy_coef: float | Float[Array, ""] = 0.0,
-    log_ratio_clamp: float | tuple[float, float] | Float[Array, ""] = LOG_RATIO_CLAMP,
-    kl_clamp: float | Float[Array, ""] | None = None,
-    kl_ratio_weight: bool = False,
 ) -> PolicyLoss:
     """:func:`policy_loss` of the log-probs of ``hidden @ unembedding``, fused: three GEMMs a chunk.
 
     Equals ``policy_loss(token_logprobs_from_hidden(hidden, unembedding, tokens, mask=mask,
-    chunk_size=c, temperature=T), old_logp, advantages, mask, **options)`` — value, metrics and
-    the gradients w.r.t. ``hidden`` and ``unembedding`` — up to float summation order, with every
-    option of :func:`policy_loss` but ``ratio="sequence"`` and ``entropy``.
+    chunk_size=c, temperature=T), old_logp, advantages, mask, options=options, ...)`` — value,
+    metrics and the gradients w.r.t. ``hidden`` and ``unembedding`` — up to float summation order,
+    with every option of :func:`policy_loss` but ``ratio="sequence"`` and ``entropy``.
 
     How: with a per-token ratio the loss is ``Σ_{b,t} w_{b,t} ℓ_{b,t}(logp_{b,t})`` where the
     weights ``w`` depend on the mask alone (``1/N`` for token-mean, ``1/(n_b S)`` for
@@ -233,9 +206,16 @@ def policy_loss_from_hidden(
     on ``[B, T]`` arrays once per chunk: ``O(B·T)`` elementwise work a chunk, nothing next to a
     GEMM of ``B·c·D·V``.
 
-    ``T`` need not be a multiple of ``c`` (the last chunk is padded and masked internally). In
-    bfloat16 the GEMM operands stay bfloat16 and ``d W`` is accumulated in float32 over chunks,
-    then cast to the parameter's dtype.
+    ``T`` need not be a multiple of ``c`` (the last chunk is padded and masked internally; errors
+    quote the shapes as given). ``T = 0`` gives what :func:`policy_loss` gives an empty mask:
+    loss 0, zero gradients. In bfloat16 the GEMM operands stay bfloat16 and ``d W`` is
+    accumulated in float32 over chunks, then cast to the parameter's dtype.
+
+    Reverse mode only: ``jax.grad``, ``jax.vjp`` and ``jax.jacrev`` work; forward-mode autodiff
+    (``jax.jvp``, ``jax.jacfwd``, ``jax.hessian``) raises JAX's ``TypeError`` "can't apply
+    forward-mode autodiff (jvp) to a custom_vjp function". For forward mode use the two-call
+    composition ``policy_loss(token_logprobs_from_hidden(hidden, unembedding, tokens, mask=mask,
+    chunk_size=c), old_logp, advantages, mask, options=options)``, which supports both modes.
 
     Args:
       hidden: ``float[B, T, D]`` final hidden states; ``hidden[:, t]`` scores ``tokens[:, t]``.
@@ -246,15 +226,12 @@ def policy_loss_from_hidden(
       chunk_size: static; positions per chunk (``None``: one chunk of the whole sequence).
       temperature: optional sampling temperature ``T > 0`` (may be traced), as in
         :func:`token_logprobs_from_hidden`.
-      clip_low, clip_high, dual_clip, ratio_cap, agg, normalizer: as in :func:`policy_loss`.
-      ref_logp, kl_coef, kl_estimator, token_turn, rollout_logp: as in :func:`policy_loss`.
-      rollout_is, rollout_is_threshold, log_ratio_clamp, kl_clamp, kl_ratio_weight: as in
-        :func:`policy_loss`.
-      ratio: only ``"token"``: GSPO's sequence ratio couples a row's tokens, so no token's
-        gradient is known before the whole row is; use the two-call composition for it.
-      entropy, entropy_coef: not supported (an entropy bonus needs the entropy's own gradient
-        to the logits); use ``token_logprobs_from_hidden(..., with_entropy=True)`` and
-        :func:`policy_loss`.
+      options: a :class:`credax.LossOptions`, as in :func:`policy_loss`, but ``ratio`` only
+        ``"token"``: GSPO's sequence ratio couples a row's tokens, so no token's gradient is known
+        before the whole row is; use the two-call composition for it.
+      ref_logp, token_turn, rollout_logp: as in :func:`policy_loss`.
+      entropy: not supported (an entropy bonus needs the entropy's own gradient to the logits);
+        use ``token_logprobs_from_hidden(..., with_entropy=True)`` and :func:`policy_loss`.
 
     Returns:
       ``PolicyLoss(loss, metrics)`` as :func:`policy_loss`. ``loss`` is NaN when an unmasked
@@ -286,21 +263,18 @@ def policy_loss_from_hidden(
       Liger-Kernel's chunked fused linear PPO/GRPO losses (gradients in the forward pass);
       Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models" (arXiv 2411.09009).
     """
-    _checks.check_option(agg, "agg", AGG_MODES)
-    _checks.check_option(kl_estimator, "kl_estimator", KL_ESTIMATORS)
-    _checks.check_option(ratio, "ratio", RATIO_LEVELS)
-    _checks.check_option(rollout_is, "rollout_is", ROLLOUT_IS_LEVELS)
-    check_agg(agg, normalizer)
-    if ratio != "token":
+    options = as_loss_options(options)
+    if options.ratio != "token":
         raise ValueError(
-            f"`ratio={ratio!r}` is not supported by policy_loss_from_hidden: a sequence ratio "
-            "couples every token of a row, so no token's gradient is known in the forward pass. "
-            "Use policy_loss(token_logprobs_from_hidden(..., chunk_size=c), ..., ratio='sequence').")
+            f"`ratio={options.ratio!r}` is not supported by policy_loss_from_hidden: a sequence "
+            "ratio couples every token of a row, so no token's gradient is known in the forward "
+            "pass. Use policy_loss(token_logprobs_from_hidden(..., chunk_size=c), ..., "
+            "options=options) with `ratio='sequence'`.")
     if entropy is not None:
         raise ValueError(
             "`entropy` is not supported by policy_loss_from_hidden (an entropy bonus needs the "
             "entropy's gradient to the logits): use token_logprobs_from_hidden(..., "
-            "with_entropy=True) and policy_loss(..., entropy=..., entropy_coef=...).")
+            "with_entropy=True) and policy_loss(..., entropy=...) with `entropy_coef`.")
 
     hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
     batch, length, _ = hidden.shape
@@ -310,8 +284,6 @@ def policy_loss_from_hidden(
     chunk_size = length if chunk_size is None else _checks.check_static_int(
         chunk_size, "chunk_size", minimum=1)
     chunk_size = max(1, min(chunk_size, length))
-    if not isinstance(kl_ratio_weight, bool):
-        raise TypeError(f"`kl_ratio_weight` must be a Python bool; got {kl_ratio_weight!r}.")
 
     common = jnp.promote_types(hidden.dtype, unembedding.dtype)
     if not jnp.issubdtype(common, jnp.floating):
@@ -333,7 +305,14 @@ def policy_loss_from_hidden(
         if tokens_of[name] is not None:
             tokens_of[name] = _checks.as_float_array(tokens_of[name], name)
             _checks.check_shape(tokens_of[name], name, shape, "[B, T]")
+    # The advantages' shape against the caller's [B, T] (the padded one is internal): the loss
+    # body's own check, run here for its errors (its values are not used).
+    _token_advantages(advantages, token_turn, mask, shape, jnp.float32)
 
+    if length == 0:  # no token: policy_loss of an empty mask (loss 0, zero gradients, no scan)
+        return _policy_loss_body(jnp.zeros(shape, _checks.compute_dtype(common)), old_logp,
+                                 advantages, mask, options=options, ref_logp=ref_logp,
+                                 token_turn=token_turn, rollout_logp=rollout_logp, entropy=None)
     num_chunks = -(-length // chunk_size)
     pad = num_chunks * chunk_size - length
 
@@ -347,14 +326,9 @@ def policy_loss_from_hidden(
         {name: padded(tokens_of[name]) for name in _TOKEN_FIELDS},
         advantages=padded(advantages) if per_token_adv else advantages,
         mask=padded(mask, False), token_turn=padded(token_turn, -1), temperature=temperature,
-        clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, ratio_cap=ratio_cap,
-        normalizer=normalizer, kl_coef=kl_coef, rollout_is_threshold=rollout_is_threshold,
-        entropy=None, entropy_coef=entropy_coef, log_ratio_clamp=log_ratio_clamp,
-        kl_clamp=kl_clamp)
+        options=options, entropy=None)
+    # Every leaf an array (the options' static modes are their pytree's aux data).
     consts = jax.tree_util.tree_map(jnp.asarray, consts)
-    # Static options as a hashable tuple of pairs (a non-differentiable custom_vjp argument).
-    options = (("agg", agg), ("kl_estimator", kl_estimator), ("ratio", ratio),
-               ("rollout_is", rollout_is), ("kl_ratio_weight", kl_ratio_weight))
     h, tok, valid = (_chunks_of(x, num_chunks, chunk_size)
                      for x in (padded(hidden), padded(tokens), consts["mask"]))
-    return _fused(h, unembedding, tok, valid, consts, (chunk_size, options))
+    return _fused(h, unembedding, tok, valid, consts, chunk_size)

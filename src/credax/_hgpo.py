@@ -148,8 +148,8 @@ def hgpo_advantages(
         matters; keep them in int32 or enable x64). Padded values never matter.
       turn_mask: ``bool[B, K]`` real steps.
       group_ids: ``int[B]`` prompt of each trajectory, or a ``Groups``.
-      history: static ``H >= 0``; levels ``k = 1..H+1`` (``H = 0`` is GiGPO's anchor group with
-        HGPO's std and weighting, at the same turn index or not).
+      history: static ``0 <= H <= max(K, 2)``; levels ``k = 1..H+1`` (``H = 0`` is GiGPO's anchor
+        group with HGPO's std and weighting, at the same turn index or not).
       gamma: discount of the step returns; may be traced.
       alpha: level-weight exponent ``α`` (0: uniform); may be traced.
       episode_group: static; include the episode level.
@@ -172,7 +172,8 @@ def hgpo_advantages(
       TypeError: non-integer ``anchor_ids``/``group_ids``, non-boolean ``turn_mask``, non-bool
         ``episode_group``, a ``normalization`` that is not a :class:`credax.Normalization`.
       ValueError: shapes disagree; unknown ``episode_pooling``/``episode_singleton``;
-        ``history < 0``; ``normalization.singleton`` not ``"zero"``.
+        ``history < 0`` or ``> max(K, 2)`` (levels above ``K`` are always empty, and each
+        would be traced); ``normalization.singleton`` not ``"zero"``.
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -211,6 +212,11 @@ def hgpo_advantages(
                          "singletons are `episode_singleton`.")
     eps = _checks.scalar(base.eps, dt, "eps")
     batch, num_turns = s.shape
+    if history > max(num_turns, 2):
+        # Refused, not capped: levels above K can never hold a step (level k needs k valid turns)
+        # and each is traced on its own (~0.2 s), so a history in the thousands ran for minutes.
+        raise ValueError(f"`history` must be <= max(K, 2) = {max(num_turns, 2)} for K = {num_turns} "
+                         f"turns (levels above K are always empty); got {history}.")
     n = batch * num_turns
     check_x_and_groups(s, group_ids, "step_rewards")
     if num_turns == 0:  # no step: empty outputs of the documented shapes

@@ -135,6 +135,17 @@ def check_temperature(temperature) -> None:
             f"`temperature` must be positive and finite (logits are divided by it); got {host}. "
             "Greedy decoding (T = 0) has no log-probabilities to score: pass the sampler's T."
         )
+    if not jax.config.jax_enable_x64:
+        # Without x64 the logits are divided in float32: T must be a positive float32 whose
+        # reciprocal is finite (1e-46 is 0 there, 1e-39 has 1/T = inf, 1e39 is inf itself).
+        with np.errstate(over="ignore", divide="ignore"):
+            t32 = np.float32(host)
+            inverse = np.float32(1) / t32
+        if not (np.isfinite(t32) and t32 > 0 and np.isfinite(inverse)):
+            raise ValueError(
+                f"`temperature` is {float(host):g}: positive and finite as a double, but float32 "
+                f"(JAX's dtype without `jax_enable_x64`) makes it {float(t32):g} and 1/T "
+                f"{float(inverse):g}; the logits would be inf or NaN.")
 
 
 def _check_temperature_arg(arguments) -> None:
@@ -169,6 +180,8 @@ def check_token_range(tokens, vocab, mask) -> None:
         if host is None or not np.issubdtype(host.dtype, np.integer):
             return
     shape = np.shape(tokens)
+    if not np.prod(shape, dtype=int):
+        return  # no token (T = 0 or B = 0): nothing out of range
     if mask is not None:
         mask_dtype = mask.dtype if isinstance(mask, jax.Array) else np.asarray(mask).dtype
         if np.shape(mask) != shape or mask_dtype != np.bool_:

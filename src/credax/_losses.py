@@ -32,21 +32,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import POSITIVE, check_concrete, check_values, jit_public
+from ._api import POSITIVE, check_concrete, check_values, concrete_float, jit_public
+from ._loss_options import (
+    AGG_MODES,
+    KL_ESTIMATORS,
+    LOG_RATIO_CLAMP,
+    MOVED_TO_LOSS_OPTIONS,
+    LossOptions,
+    as_loss_options,
+)
 from ._turns import check_token_turn, gather_turns
 
-AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-)
-KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-RATIO_LEVELS = ("token", "sequence")
-ROLLOUT_IS_LEVELS = ("token", "sequence")
-# verl's clamp of the log-ratio before exp (core_algos ``compute_policy_loss_vanilla``, ``kl_penalty``).
-LOG_RATIO_CLAMP = 20.0
 # Below this |x| the k3 kernel exp(x) - 1 - x is summed as a series instead of subtracted.
 _K3_SERIES_BELOW = 0.5
 
@@ -378,47 +374,18 @@ class PolicyLoss(NamedTuple):
 
 
 def _check_policy_args(a) -> None:
-    check_concrete(a["clip_low"], "clip_low", lambda v: 0 < v < 1,
-                   "lie in (0, 1) (the ratio's lower bound is 1 - clip_low)")
-    check_concrete(a["clip_high"], "clip_high", lambda v: 0 < v and math.isfinite(v),
-                   "be positive and finite")
-    check_concrete(a["rollout_is_threshold"], "rollout_is_threshold",
-                   lambda v: 0 < v and math.isfinite(v), "be positive and finite")
-    ent_coef = check_concrete(a["entropy_coef"], "entropy_coef", math.isfinite, "be finite")
-    if a["entropy"] is None and ent_coef is not None and ent_coef != 0:
-        raise ValueError(f"`entropy_coef={ent_coef}` needs `entropy` (per-token entropies, e.g. "
-                         "`credax.token_entropy(logits)`).")
-    if a["dual_clip"] is not None:
-        check_concrete(a["dual_clip"], "dual_clip", lambda v: v > 1,
-                       "be > 1 (it caps the ratio of negative-advantage tokens; "
-                       "`dual_clip=None` disables it)")
-    if a["ratio_cap"] is not None:
-        check_concrete(a["ratio_cap"], "ratio_cap", lambda v: v > 1 and math.isfinite(v),
-                       "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)")
-        if a["dual_clip"] is not None:
-            raise ValueError("`ratio_cap` (TRL's delta) and `dual_clip` (verl's dual clip) both bound "
-                             "the loss of negative-advantage tokens; pass one of them.")
-    coef = check_concrete(a["kl_coef"], "kl_coef", lambda v: v >= 0 and math.isfinite(v),
-                          "be >= 0 and finite")
-    if a["kl_clamp"] is not None:
-        check_concrete(a["kl_clamp"], "kl_clamp", lambda v: v > 0, "be > 0 (or None)")
-    clamp = a["log_ratio_clamp"]
-    if isinstance(clamp, tuple | list):
-        if len(clamp) != 2:
-            raise ValueError(f"`log_ratio_clamp` must be a bound c or a pair (lo, hi); got {clamp!r}.")
-        lo = check_concrete(clamp[0], "log_ratio_clamp", lambda v: v < 0,
-                            "be (lo, hi) with lo < 0 < hi (lo may be -inf)")
-        hi = check_concrete(clamp[1], "log_ratio_clamp", lambda v: v > 0,
-                            "be (lo, hi) with lo < 0 < hi (hi may be inf)")
-        del lo, hi
-    else:
-        check_concrete(clamp, "log_ratio_clamp", lambda v: v > 0, "be > 0")
+    """The loss's options (``options=``) and the arguments they need, before tracing."""
+    options = as_loss_options(a["options"])
+    coef = concrete_float(options.kl_coef)
     if a["ref_logp"] is None and coef is not None and coef != 0:
         raise ValueError(
             f"`kl_coef={coef}` needs `ref_logp` (the reference policy's log-probs of the same "
             "tokens); without it there is no KL term to weight."
         )
-    check_normalizer(a["normalizer"])
+    ent_coef = concrete_float(options.entropy_coef)
+    if a["entropy"] is None and ent_coef is not None and ent_coef != 0:
+        raise ValueError(f"`entropy_coef={ent_coef}` needs `entropy` (per-token entropies, e.g. "
+                         "`credax.token_entropy(logits)`).")
 
 
 def _token_advantages(advantages, token_turn, mask, shape, dtype):
@@ -459,33 +426,18 @@ def _token_advantages(advantages, token_turn, mask, shape, dtype):
     return adv, mask
 
 
-@jit_public(static_argnames=("agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight"),
-            check=_check_policy_args)
+@jit_public(check=_check_policy_args, hints=MOVED_TO_LOSS_OPTIONS)
 def policy_loss(
     logp: Float[Array, "B T"],
     old_logp: Float[Array, "B T"],
     advantages: Float[Array, "B T"] | Float[Array, "B K"] | Float[Array, " B"],
     mask: Bool[Array, "B T"],
     *,
-    clip_low: float | Float[Array, ""] = 0.2,
-    clip_high: float | Float[Array, ""] = 0.2,
-    dual_clip: float | Float[Array, ""] | None = None,
-    ratio_cap: float | Float[Array, ""] | None = None,
-    agg: str = "token-mean",
-    normalizer: float | Float[Array, ""] | None = None,
+    options: LossOptions | None = None,
     ref_logp: Float[Array, "B T"] | None = None,
-    kl_coef: float | Float[Array, ""] = 0.0,
-    kl_estimator: str = "k3",
-    ratio: str = "token",
     token_turn: Int[Array, "B T"] | None = None,
     rollout_logp: Float[Array, "B T"] | None = None,
-    rollout_is: str = "token",
-    rollout_is_threshold: float | Float[Array, ""] = 2.0,
     entropy: Float[Array, "B T"] | None = None,
-    entropy_coef: float | Float[Array, ""] = 0.0,
-    log_ratio_clamp: float | tuple[float, float] | Float[Array, ""] = LOG_RATIO_CLAMP,
-    kl_clamp: float | Float[Array, ""] | None = None,
-    kl_ratio_weight: bool = False,
 ) -> PolicyLoss:
     """PPO/GRPO clipped surrogate with clip-higher, dual clip, GSPO ratios and a KL term.
 
@@ -532,29 +484,37 @@ def policy_loss(
         token of a turn gets its row's value.
       mask: ``bool[B, T]`` tokens trained on. With ``token_turn``, tokens whose turn is ``-1`` (or
         outside ``[0, K)`` for ``[B, K]`` advantages) are excluded too, whatever ``mask`` says.
-      clip_low, clip_high: ratio bounds ``1 - clip_low`` and ``1 + clip_high``; ``0 < clip_low <
-        1``, ``clip_high > 0``. May be traced.
-      dual_clip: ``None`` or ``c > 1`` (verl always uses 3.0). May be traced.
-      ratio_cap: ``None`` or ``δ > 1``: TRL's ``delta`` (see above); not together with
-        ``dual_clip``. May be traced. ``metrics.dual_clip_frac`` then counts ``A < 0, r > δ``.
-      agg: aggregation mode of :func:`aggregate` (static).
-      normalizer: global denominator for :func:`aggregate`; required with
-        ``agg="seq-mean-token-sum-norm"``.
+      options: a :class:`credax.LossOptions` (``None``: ``LossOptions()``), e.g.
+        ``credax.presets.VERL_LOSS``; the only way to pass the options below (a removed keyword
+        such as ``clip_low=`` is a ``TypeError`` saying so). Its numeric fields may be traced
+        (a schedule does not recompile); the modes and ``kl_ratio_weight`` are static. Fields:
+
+        * ``clip_low``, ``clip_high``: ratio bounds ``1 - clip_low`` and ``1 + clip_high``;
+          ``0 < clip_low < 1``, ``clip_high > 0``.
+        * ``dual_clip``: ``None`` or ``c > 1`` (verl always uses 3.0).
+        * ``ratio_cap``: ``None`` or ``δ > 1``: TRL's ``delta`` (see above); not together with
+          ``dual_clip``. ``metrics.dual_clip_frac`` then counts ``A < 0, r > δ``.
+        * ``agg``: aggregation mode of :func:`aggregate`; ``normalizer``: its global denominator,
+          required with ``agg="seq-mean-token-sum-norm"``.
+        * ``kl_coef``: weight of the KL term (``>= 0``; nonzero needs ``ref_logp``);
+          ``kl_estimator``: ``"k1"``, ``"k2"``, ``"k3"`` or ``"abs"``, see :func:`kl_divergence`;
+          ``kl_clamp``: optional bound of the per-token KL value (verl clamps k3 at 10).
+        * ``ratio``: ``"token"`` or ``"sequence"``.
+        * ``log_ratio_clamp``: bound of the log-ratio before ``exp``: ``c`` for ``[-c, c]``
+          (default 20, verl's token clamp) or a pair ``(lo, hi)``; verl's GSPO clamps at
+          ``(-inf, 10.0)`` (``credax.presets``). Full gradient on the bound, none beyond.
+        * ``kl_ratio_weight``: multiply the per-token KL by the ratio (differentiable), TRL's
+          ``use_bias_correction_kl`` (the KL of tokens sampled from ``π_old`` estimated for
+          ``π``): the token's ``r`` with ``ratio="token"``; with ``ratio="sequence"`` the row's
+          sequence ratio ``s_b`` itself, whose gradient flows through the row's mean log-ratio to
+          every token (TRL's ``coef_1``), not the GSPO-token ``r_{b,t}`` the surrogate uses (same
+          value, other gradient).
+        * ``rollout_is``: ``"token"`` or ``"sequence"``; ``rollout_is_threshold``: truncation
+          ``C > 0`` of the rollout-correction weights (verl default 2.0), see ``rollout_logp``.
+        * ``entropy_coef``: weight of the entropy bonus (nonzero needs ``entropy``).
       ref_logp: optional ``float[B, T]`` reference-policy log-probs for the KL term.
-      kl_coef: weight of the KL term (``>= 0``; nonzero needs ``ref_logp``). May be traced.
-      kl_estimator: ``"k1"``, ``"k2"``, ``"k3"`` or ``"abs"`` (static), see :func:`kl_divergence`.
-      ratio: ``"token"`` or ``"sequence"`` (static).
       token_turn: optional ``int[B, T]`` turn of each token (``-1`` = none), with ``[B, K]`` or
         ``[B]`` advantages. Any integer dtype (narrow ones are widened first, they never wrap).
-      log_ratio_clamp: bound of the log-ratio before ``exp``: ``c`` for ``[-c, c]`` (default 20,
-        verl's token clamp) or a pair ``(lo, hi)``; verl's GSPO clamps at ``(-inf, 10.0)``
-        (``credax.presets``). Full gradient on the bound, none beyond. May be traced.
-      kl_clamp: optional bound of the per-token KL value (verl clamps k3 at 10). May be traced.
-      kl_ratio_weight: static; multiply the per-token KL by the ratio (differentiable), TRL's
-        ``use_bias_correction_kl`` (the KL of tokens sampled from ``π_old`` estimated for ``π``):
-        the token's ``r`` with ``ratio="token"``; with ``ratio="sequence"`` the row's sequence ratio
-        ``s_b`` itself, whose gradient flows through the row's mean log-ratio to every token (TRL's
-        ``coef_1``), not the GSPO-token ``r_{b,t}`` the surrogate uses (same value, other gradient).
       rollout_logp: optional ``float[B, T]`` log-probs of the rollout (inference) engine that
         sampled the tokens, when they differ from the trainer's ``old_logp`` (the
         rollout/training mismatch). Each token's loss is multiplied by the truncated weight
@@ -566,11 +526,8 @@ def policy_loss(
         ``rollout_logp = -inf`` alone is a log-ratio of ``+20`` (weight ``threshold``),
         ``old_logp = -inf`` alone ``-20`` (weight ``e^-20``); at sequence level each infinite token
         enters the row's sum as ``±20``, so a row with both signs stays finite. NaN gives NaN.
-      rollout_is: ``"token"`` or ``"sequence"`` (static).
-      rollout_is_threshold: truncation ``C > 0`` of the weights (verl default 2.0). May be traced.
       entropy: optional ``float[B, T]`` per-token entropies (e.g. :func:`token_entropy`, which
         carries the gradient to the logits): ``loss -= entropy_coef · aggregate(entropy)``.
-      entropy_coef: weight of the entropy bonus (nonzero needs ``entropy``). May be traced.
 
     Returns:
       ``PolicyLoss(loss, metrics)``: ``loss`` a float32 scalar (float64 for float64 ``logp``);
@@ -578,20 +535,20 @@ def policy_loss(
       zero metrics.
 
     Raises:
-      ValueError: unknown ``agg``/``kl_estimator``/``ratio``; ``clip_low`` outside ``(0, 1)``,
-        ``clip_high <= 0``, ``dual_clip <= 1``, ``kl_coef < 0``, ``kl_coef != 0`` without
-        ``ref_logp``, a ``normalizer`` that is not positive and finite, ``kl_clamp <= 0``, a
-        ``log_ratio_clamp`` that does not contain 0 (concrete values of any type: Python, NumPy or
-        JAX; NaN fails every check); missing ``normalizer`` for ``seq-mean-token-sum-norm``;
-        mismatched shapes.
-      TypeError: non-boolean ``mask``, non-integer ``token_turn``.
+      ValueError: ``kl_coef != 0`` without ``ref_logp``, ``entropy_coef != 0`` without
+        ``entropy``; mismatched shapes; everything :class:`credax.LossOptions` refuses in a value
+        rebuilt without its checks (``tree_map``).
+      TypeError: ``options`` not a :class:`credax.LossOptions` (a dict, a ``Normalization``);
+        a removed option keyword (``clip_low=``, ...), saying where it went; non-boolean
+        ``mask``, non-integer ``token_turn``.
 
     Examples:
       >>> import credax, jax.numpy as jnp
       >>> old = jnp.zeros((1, 4))
       >>> logp = jnp.log(jnp.array([[1.1, 1.5, 0.5, 4.0]]))   # ratios, since old = 0
       >>> adv = jnp.array([[1.0, 1.0, -1.0, -1.0]])
-      >>> out = credax.policy_loss(logp, old, adv, jnp.ones((1, 4), bool), dual_clip=3.0)
+      >>> out = credax.policy_loss(logp, old, adv, jnp.ones((1, 4), bool),
+      ...                          options=credax.LossOptions(dual_clip=3.0))
       >>> # per token: -1.1 (inside), -1.2 (high clip), 0.8 (low clip), 3.0 (dual clip)
       >>> round(float(out.loss), 4)
       0.375
@@ -605,11 +562,7 @@ def policy_loss(
       ``compute_policy_loss`` (its ``pg_clipfrac = clip_frac_low + clip_frac_high`` and
       ``pg_clipfrac_lower = dual_clip_frac``).
     """
-    _checks.check_option(agg, "agg", AGG_MODES)
-    _checks.check_option(kl_estimator, "kl_estimator", KL_ESTIMATORS)
-    _checks.check_option(ratio, "ratio", RATIO_LEVELS)
-    _checks.check_option(rollout_is, "rollout_is", ROLLOUT_IS_LEVELS)
-    check_agg(agg, normalizer)
+    options = as_loss_options(options)
 
     # The loss is rematerialised under differentiation (jax.checkpoint): the backward pass
     # recomputes its token-level values instead of XLA keeping them from the forward pass. With
@@ -619,27 +572,24 @@ def policy_loss(
     # against 47-54 ms, 48 against 40 MiB). The forward pass alone is unchanged, and so are the
     # values and gradients (bit-identical in that measurement: the same operations, recomputed).
     # tests/test_memory.py holds the temporaries; docs/speed-log.md has the measurement.
-    hyper = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, ratio_cap=ratio_cap,
-                 normalizer=normalizer,
-                 ref_logp=ref_logp, kl_coef=kl_coef, token_turn=token_turn,
-                 rollout_logp=rollout_logp, rollout_is_threshold=rollout_is_threshold,
-                 entropy=entropy, entropy_coef=entropy_coef, log_ratio_clamp=log_ratio_clamp,
-                 kl_clamp=kl_clamp)
-    options = dict(agg=agg, kl_estimator=kl_estimator, ratio=ratio, rollout_is=rollout_is,
-                   kl_ratio_weight=kl_ratio_weight)
+    arrays = dict(options=options, ref_logp=ref_logp, token_turn=token_turn,
+                  rollout_logp=rollout_logp, entropy=entropy)
 
     def loss_of(lp, old, adv, m, arrays):
-        return _policy_loss_body(lp, old, adv, m, **arrays, **options)
+        return _policy_loss_body(lp, old, adv, m, **arrays)
 
-    return jax.checkpoint(loss_of)(logp, old_logp, advantages, mask, hyper)
+    return jax.checkpoint(loss_of)(logp, old_logp, advantages, mask, arrays)
 
 
-def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, dual_clip, ratio_cap, agg,
-                      normalizer, ref_logp, kl_coef, kl_estimator, ratio, token_turn, rollout_logp,
-                      rollout_is, rollout_is_threshold, entropy, entropy_coef, log_ratio_clamp,
-                      kl_clamp, kl_ratio_weight) -> PolicyLoss:
+def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions, ref_logp,
+                      token_turn, rollout_logp, entropy) -> PolicyLoss:
     """The body of :func:`policy_loss` (arguments already checked), differentiated through
     ``jax.checkpoint``."""
+    o = options
+    clip_low, clip_high, dual_clip, ratio_cap = o.clip_low, o.clip_high, o.dual_clip, o.ratio_cap
+    agg, normalizer, ratio, log_ratio_clamp = o.agg, o.normalizer, o.ratio, o.log_ratio_clamp
+    rollout_is, rollout_is_threshold = o.rollout_is, o.rollout_is_threshold
+    kl_coef, kl_estimator, kl_clamp = o.kl_coef, o.kl_estimator, o.kl_clamp
     logp = _checks.as_float_array(logp, "logp")
     _checks.check_ndim(logp, "logp", 2, "[B, T]")
     shape = logp.shape
@@ -715,7 +665,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, 
         ref = sg(_checks.select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
         kl_clamp_value = None if kl_clamp is None else _checks.scalar(kl_clamp, dtype, "kl_clamp")
         kl_tokens = _kl_values(lp, ref, kl_estimator, kl_clamp_value)
-        if kl_ratio_weight:
+        if o.kl_ratio_weight:
             # TRL's use_bias_correction_kl: the KL of tokens sampled from π_old, importance-weighted
             # by the (differentiable) ratio π/π_old: per token, or the row's sequence ratio.
             weight = r if ratio == "token" else _checks.select(mask, jnp.broadcast_to(seq_ratio, shape))
@@ -729,7 +679,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, clip_low, clip_high, 
         # Entropy bonus (verl: pg_loss - entropy_coeff * agg_loss(entropy)); the gradient flows
         # through `entropy` to the logits it was computed from.
         ent = aggregate_values(_token_array(entropy, "entropy", shape, dtype), mask, agg, normalizer)
-        loss = loss - _checks.scalar(entropy_coef, dtype, "entropy_coef") * ent
+        loss = loss - _checks.scalar(o.entropy_coef, dtype, "entropy_coef") * ent
 
     rv = sg(r)
     count = jnp.sum(mask, dtype=dtype)

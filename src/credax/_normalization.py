@@ -17,12 +17,14 @@ from jaxtyping import Array, Float
 
 from . import _api, _checks
 from ._api import NON_NEGATIVE
+from ._loss_options import NOT_A_MAPPING
 
 SINGLETON_MODES = ("zero", "raw")
 EPS_MODES = ("add", "sqrt")
 SCALE_MODES = ("group", "batch", "none")
 # The fields of Normalization (an estimator takes them only inside one `normalization=` value).
 NORMALIZE_KEYS = ("center", "scale", "ddof", "eps", "eps_mode", "singleton", "leave_one_out")
+_DDOF_MAX = int(np.iinfo(np.int32).max)
 _DEPRECATED_SCALE = {True: "group", False: "none"}
 # The TypeError of a removed loose keyword (`scale=...` on an estimator) says where it went.
 MOVED_TO_NORMALIZATION = {
@@ -79,9 +81,12 @@ class Normalization:
     larger ``ddof``); ``center=False`` (no estimator or preset uses it).
 
     Raises:
-      ValueError: an unknown ``scale``, ``eps_mode`` or ``singleton``; a negative ``ddof``; a
-        concrete ``eps`` that is negative or not finite.
-      TypeError: ``center`` / ``leave_one_out`` not bools, ``ddof`` not an int.
+      ValueError: an unknown ``scale``, ``eps_mode`` or ``singleton``; a negative ``ddof`` or one
+        beyond int32; a concrete ``eps`` that is negative, not finite, or (x64 off) beyond
+        float32's range.
+      TypeError: ``center`` / ``leave_one_out`` not bools, ``ddof`` not an int; a subclass
+        (``Normalization`` is final).
+      AttributeError: setting or deleting a field (it is immutable: use ``replace``).
 
     Examples:
       >>> import credax, jax.numpy as jnp
@@ -100,6 +105,16 @@ class Normalization:
     # `_checked`: built by the constructor (or a copy), so its fields need no check on use;
     # tree_unflatten builds unchecked values (see check_normalization).
     __slots__ = (*NORMALIZE_KEYS, "_checked")
+    # The keyword an options value belongs to: given for another argument (a preset passed
+    # positionally lands on `mask`), the public entry names both (`_api._misplaced_option`).
+    _credax_option = "normalization"
+
+    def __init_subclass__(cls, **kwargs):
+        # A subclass is not the registered pytree: JAX would take it for an array and fail inside
+        # the trace ("Error interpreting argument ... as an abstract array").
+        raise TypeError("credax.Normalization cannot be subclassed (it is a registered pytree of "
+                        "checked fields); build one with `credax.Normalization(...)` or "
+                        "`preset.replace(...)`.")
 
     def __init__(
         self,
@@ -139,6 +154,11 @@ class Normalization:
     def __setattr__(self, name, value):
         raise AttributeError(f"Normalization is immutable; use `.replace({name}=...)`.")
 
+    def __delattr__(self, name):
+        # Without this, `del presets.VERL.eps` would empty a slot of a preset every caller shares.
+        raise AttributeError(f"Normalization is immutable: `{name}` cannot be deleted; use "
+                             "`.replace(...)` for a changed copy.")
+
     def replace(self, **changes) -> Normalization:
         """A copy with some fields changed (checked, and warned about, as in the constructor)."""
         unknown = set(changes) - set(NORMALIZE_KEYS)
@@ -153,6 +173,11 @@ class Normalization:
         A ``Normalization`` is deliberately not a mapping: ``**preset`` is a ``TypeError``, so the
         options reach an estimator only through ``normalization=``."""
         return {k: getattr(self, k) for k in NORMALIZE_KEYS}
+
+    def keys(self):
+        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
+        raise TypeError(NOT_A_MAPPING.format(kind="Normalization", keyword="normalization",
+                                             example="normalization=credax.presets.VERL"))
 
     def __eq__(self, other) -> bool:
         # Equal fields, equal options (as the mapping it used to be); unhashable, like a dict.
@@ -178,6 +203,13 @@ class Normalization:
         # every estimator passes its `normalization` through check_normalization first.
         out = object.__new__(cls)
         keys = [k for k in NORMALIZE_KEYS if k != "eps"]
+        if len(tuple(static)) != len(keys) or len(tuple(children)) != 1:
+            # Hand-made aux data (tree_unflatten with another tree's treedef, a stale pickle):
+            # zip's "argument 2 is shorter" would name nothing.
+            raise ValueError(f"Normalization.tree_unflatten: the aux data must hold the "
+                             f"{len(keys)} static fields {keys} and the children the one leaf "
+                             f"`eps`; got {len(tuple(static))} fields and {len(tuple(children))} "
+                             "children.")
         for key, value in zip(keys, static, strict=True):
             object.__setattr__(out, key, value)
         object.__setattr__(out, "eps", children[0])
@@ -203,7 +235,9 @@ def _check_eps(eps) -> None:
         shape = f" of shape {np.shape(eps)}" if hasattr(eps, "shape") else ""
         raise TypeError(f"`eps` must be a real number (a Python float or a 0-d real array, which "
                         f"may be traced); got {type(eps).__name__}{shape} {eps!r}.")
-    _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
+    value = _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
+    if value is not None and not isinstance(eps, jax.Array):  # a JAX array was narrowed already
+        _checks.check_float32(value, "eps")  # 1e39 would be inf in the float32 statistics
 
 
 def _checked_fields(values: tuple) -> tuple:
@@ -217,6 +251,9 @@ def _checked_fields(values: tuple) -> tuple:
         raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
                         f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
     ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
+    if ddof > _DDOF_MAX:  # counts are int32: a larger ddof overflows inside the trace
+        raise ValueError(f"`ddof` must be <= {_DDOF_MAX} (counts are int32; any ddof >= the "
+                         f"set size already makes every set a singleton); got {ddof}.")
     _check_eps(eps)
     return center, scale, ddof, eps, eps_mode, singleton, leave_one_out
 

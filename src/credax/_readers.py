@@ -46,6 +46,20 @@ score, no tokens, and the text and extras in ``meta``. Read from the writer
 ``verl/trainer/ppo/ray_trainer.py`` (``_dump_generations``, called from ``fit``) of
 volcengine/verl at commit 3d9df73353a546a98235b38653c2c163efb51420.
 
+**Tunix trajectories** (``google-tunix`` 0.1.7's agentic learner): one Tunix ``TrajectoryItem``
+per line, as Tunix serializes its dataclasses (``dataclasses.asdict``, or
+``tunix.utils.trajectory_logger``'s JSON-able form): ``group_id`` (the prompt: same id = same
+group), ``traj`` (the ``Trajectory``: ``steps``, ``reward``, ``status``, and ``prompt_tokens``
+where the engine set it), ``pair_index`` and the rest. Each step becomes a :class:`~credax.Turn`:
+``assistant_tokens`` is the action, ``env_tokens`` the observation, ``reward`` the reward,
+``logprobs`` the sampler's log-probs; its ``score`` is the running total of the rewards so far
+(the progress TCPO reads, as :func:`credax.tunix.turns_from_steps` gives it) and
+``outcome`` is Tunix's ``traj.reward`` (the sum of the step rewards). Other keys are carried in
+``meta`` (``pair_index``, ``status``); a ``Trajectory`` of no step is an error, as is a step with
+no ``reward``. :func:`rollouts_from_tunix` reads the same from Tunix's objects in memory. Read
+from ``tunix/rl/agentic/agents/agent_types.py`` (``Step``, ``Trajectory``, ``TrajectoryItem``)
+and ``trajectory/trajectory_collect_engine.py`` of ``google-tunix`` 0.1.7.
+
 Errors: a bad file raises :class:`RolloutFormatError` (a ``ValueError``) naming the file, the
 1-based line and the field (``turns[2].score``); nothing is returned from a file that has an error.
 That includes what Python's JSON parser itself refuses: nesting deeper than its recursion limit,
@@ -68,7 +82,7 @@ import numpy as np
 
 from ._rollouts import Rollout, Turn
 
-FORMATS = ("credax", "verl")
+FORMATS = ("credax", "verl", "tunix")
 _ROLLOUT_KEYS = {"prompt_id", "turns", "prompt", "outcome", "meta"}
 _TURN_KEYS = {"action", "score", "observation", "role", "reward", "anchor", "logprobs"}
 _VERL_REQUIRED = ("input", "output", "score", "step")
@@ -233,7 +247,111 @@ def _verl_line(obj: Any) -> Rollout:
     return Rollout((step, obj["input"]), [Turn((), score)], outcome=score, meta=meta)
 
 
-_PARSERS = {"credax": _credax_line, "verl": _verl_line}
+def _tunix_tokens(value, field: str) -> list:
+    return [] if value is None else _token_list(value, field)
+
+
+def _tunix_line(obj: Any) -> Rollout:
+    if not isinstance(obj, dict):
+        raise _Bad(None, f"expected a JSON object (one Tunix TrajectoryItem); got {type(obj).__name__}.")
+    for required in ("group_id", "traj"):
+        if required not in obj:
+            raise _Bad(required, "missing (a Tunix TrajectoryItem has group_id and traj).")
+    prompt_id = _key(obj["group_id"], "group_id", nullable=False)
+    traj = obj["traj"]
+    if not isinstance(traj, dict):
+        raise _Bad("traj", f"expected the Trajectory as an object; got {type(traj).__name__}.")
+    steps = traj.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise _Bad("traj.steps", "expected a non-empty array of steps (a Trajectory of no step has "
+                                 "no turn to credit).")
+    turns, total = [], 0.0
+    for k, step in enumerate(steps):
+        f = f"traj.steps[{k}]"
+        if not isinstance(step, dict):
+            raise _Bad(f, f"expected a step object; got {type(step).__name__}.")
+        if "reward" not in step:
+            raise _Bad(f"{f}.reward", "missing (every Tunix step has a reward).")
+        reward = _number(step["reward"], f"{f}.reward")
+        action = _tunix_tokens(step.get("assistant_tokens"), f"{f}.assistant_tokens")
+        total += reward
+        turns.append(Turn(action=action, score=total, reward=reward,
+                          observation=_tunix_tokens(step.get("env_tokens"), f"{f}.env_tokens"),
+                          logprobs=_logprobs(step.get("logprobs"), len(action), f"{f}.logprobs")))
+    outcome = traj.get("reward")
+    outcome = total if outcome is None else _number(outcome, "traj.reward")
+    meta = {k: v for k, v in obj.items() if k not in ("group_id", "traj")}
+    if "status" in traj:
+        meta["status"] = traj["status"]
+    return Rollout(prompt_id, turns, prompt=_tunix_tokens(traj.get("prompt_tokens"), "traj.prompt_tokens"),
+                   outcome=outcome, meta=meta)
+
+
+def _plain(value):
+    """Tunix's objects as the JSON-able values its trajectory logger writes (dataclasses as dicts,
+    arrays as lists, NumPy scalars as Python numbers, enums by name)."""
+    import dataclasses
+    import enum
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        for extra in ("prompt_tokens",):  # set on the Trajectory by Tunix's engine, not a field
+            if hasattr(value, extra) and extra not in out:
+                out[extra] = _plain(getattr(value, extra))
+        return out
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def rollouts_from_tunix(items: Iterable[Any]) -> list[Rollout]:
+    """Tunix's agentic trajectories, in memory, as :class:`~credax.Rollout` s (one per trajectory).
+
+    ``items`` are Tunix ``TrajectoryItem`` s (``tunix.rl.agentic.agents.agent_types``; the
+    ``group_id`` is the prompt, ``traj`` the ``Trajectory``) or their dicts; each is read by the
+    rules of ``read_rollouts(..., format="tunix")`` (the module docstring): one turn per step,
+    ``assistant_tokens`` the action, ``env_tokens`` the observation, ``reward`` the reward, the
+    running total of the rewards the score, ``traj.reward`` the outcome.
+
+    Args:
+      items: an iterable of ``TrajectoryItem`` objects or dicts.
+
+    Returns:
+      ``list[Rollout]`` in order; ``meta["source"]`` is ``"items[i]"``.
+
+    Raises:
+      RolloutFormatError: an item that breaks the format, naming ``items[i]`` and the field
+        (``traj.steps[1].reward``).
+
+    Examples:
+      >>> import credax
+      >>> item = {"group_id": 7, "pair_index": 0, "traj": {"reward": 1.0, "steps": [
+      ...     {"assistant_tokens": [5, 6], "env_tokens": [9], "reward": 0.25},
+      ...     {"assistant_tokens": [7], "env_tokens": None, "reward": 0.75}]}}
+      >>> (r,) = credax.rollouts_from_tunix([item])
+      >>> r.prompt_id, [t.score for t in r.turns], [t.reward for t in r.turns], r.outcome
+      (7, [0.25, 1.0], [0.25, 0.75], 1.0)
+    """
+    out = []
+    for i, item in enumerate(items):
+        try:
+            rollout = _tunix_line(_plain(item))
+        except _Bad as bad:
+            raise RolloutFormatError(f"items[{i}]", i + 1, bad.field, bad.message) from None
+        rollout.meta["source"] = f"items[{i}]"
+        out.append(rollout)
+    return out
+
+
+_PARSERS = {"credax": _credax_line, "verl": _verl_line, "tunix": _tunix_line}
 
 
 def _files(path: str, fmt: str) -> list[str]:
@@ -266,7 +384,8 @@ def read_rollouts(
 
     Args:
       path: a ``.jsonl`` file or a directory.
-      format: ``"credax"`` (the schema of this module) or ``"verl"`` (``trainer.rollout_data_dir``).
+      format: ``"credax"`` (the schema of this module), ``"verl"`` (``trainer.rollout_data_dir``)
+        or ``"tunix"`` (Tunix ``TrajectoryItem`` s, one a line).
       progress: optional ``callback(bytes_read, total_bytes)``, called about every MiB and once at
         the end (``credax.explain`` prints a progress line with it).
 

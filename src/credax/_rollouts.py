@@ -311,22 +311,28 @@ def _all_token_ids(flat: list, rollouts) -> np.ndarray:
 
 
 def _all_logprobs(flat: list, rollouts) -> np.ndarray:
-    """The flat log-prob list as float32, checked once (real, finite); a bad value names its turn."""
-    try:
-        arr = np.asarray(flat, np.float64)
-        ok = arr.ndim == 1 and bool(np.isfinite(arr).all())
-    except (TypeError, ValueError):
-        ok = False
+    """The flat log-prob list as float32, checked once (real, finite, within float32); a bad value
+    names its turn. Only plain Python numbers take the fast path: ``np.asarray(..., float64)``
+    would read ``True`` as 1.0 and the string ``"-0.5"`` as a number."""
+    ok = False
+    if set(map(type, flat)) <= _PLAIN_NUMBER:
+        try:
+            arr = np.asarray(flat, np.float64)
+            ok = arr.ndim == 1 and bool((np.abs(arr) <= _F32_MAX).all())  # NaN fails too
+        except (TypeError, ValueError, OverflowError):
+            ok = False
     if ok:
         return arr.astype(np.float32)
     for i, r in enumerate(rollouts):  # slow path, only to say where the bad value is
         for k, t in enumerate(r.turns):
             for j, v in enumerate(t.logprobs):
                 _finite(v, f"rollouts[{i}].turns[{k}].logprobs[{j}]")
-    raise TypeError("`rollouts`: log-probs must be finite numbers.")
+    # Every value is a checked number (NumPy scalars or 0-d arrays): convert one by one.
+    return np.asarray([float(np.asarray(v)) for v in flat], np.float32)
 
 
 _NUMBER = (int, float, np.integer, np.floating)  # built once: a `|` union per call costs ~0.3 µs
+_PLAIN_NUMBER = frozenset({int, float})  # bool excluded: its type is bool, not int
 
 
 _F32_MAX = float(np.finfo(np.float32).max)

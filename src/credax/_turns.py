@@ -192,12 +192,20 @@ def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[A
     Returns:
       ``float32[K]`` (float64 for a float64 ``gamma``).
 
+    Raises:
+      TypeError: ``num_turns`` not an int; ``gamma`` ``None`` or not a real number.
+      ValueError: ``num_turns < 0``; ``gamma`` not a scalar, or (x64 off) a concrete value finite
+        but beyond float32's range.
+
     Examples:
       >>> import credax
       >>> credax.discount_weights(4, 0.5)
       Array([1.   , 0.5  , 0.25 , 0.125], dtype=float32)
     """
     num_turns = _checks.check_static_int(num_turns, "num_turns")
+    if gamma is None:  # a config null: jnp.asarray(None) would fail inside JAX, naming nothing
+        raise TypeError("`gamma` must be a number; got None.")
+    _checks.check_host_range(gamma, "gamma")  # 1e39 would be inf in float32
     gamma = jnp.asarray(gamma)
     gamma = _checks.scalar(gamma, _checks.compute_dtype(gamma.dtype), "gamma")
     return discount_powers(num_turns, gamma)

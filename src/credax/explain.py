@@ -11,18 +11,31 @@ shipped with credax, :data:`EXAMPLE`), computes the per-turn credit of every rol
 method, and writes to ``DIR`` (created; it must not be a file):
 
 * ``credit.json`` — for every rollout: its prompt id, source line, outcome, per-turn scores and
-  roles, and for each method the list of per-turn advantages (all rollouts, all groups);
+  roles, and for each method the list of per-turn advantages (all rollouts, all groups; ``null``
+  where the method was not computed, the reason under ``not_computed``);
 * ``group_NNN.png`` — one heatmap per prompt group (the first ``--max-groups``): rows are the
-  group's rollouts (the first ``--max-rollouts``), columns their turns, one panel per method;
-  colour = advantage (blue positive, red negative, symmetric around 0; hatched grey: the rollout
-  has no such turn), each cell shows the turn's score and judge role;
+  group's rollouts (the first ``--max-rollouts``), columns their turns, one panel per method
+  (one above the other); colour = advantage on one scale for every group (blue positive, red
+  negative, symmetric around 0; hatched grey: the rollout has no such turn), each cell shows the
+  turn's score and judge role; a method not computed for the group is a grey panel with the
+  reason;
 * ``index.html`` — a static page tying them together: what each method computes, a summary
-  table, then per group (titled by its prompt id as written in the file) its heatmap and a table
-  of the numbers.
+  table, then per group (titled by its prompt id as written in the file) its heatmap, a table
+  of the numbers and TCPO's parts (best score before, retrospective and hindsight credit, their
+  sum, the group's mean sum, the advantage after the z-score). Heatmaps are shown at their own
+  size (a wide one scrolls in its box), so cell labels are 11 px at any window width.
+
+**What a file does not hold is not computed.** A method is computed from the batch fields its
+call-table entry reads; where no turn of a prompt group has what it reads (judge ``role``:
+TRIAGE; ``anchor``: GiGPO, HGPO, G2PO; a nonzero step ``reward``: MT-GRPO, GiGPO, HGPO, the turn
+baseline), it is not computed for that group: greyed on the page with the reason, ``n/a`` in
+the table, ``null`` in ``credit.json``, and one warning line per method on stderr — never
+zeros or a copy of GRPO drawn as if they were credit.
 
 It also prints a table (one line per rollout, the first ``--max-rows``) and progress lines on
-stderr while reading and drawing large files. Methods (all with credax's defaults, grouped by
-prompt id):
+stderr while reading and drawing large files. ``--out`` that is a file or lies below one is an
+error (exit 2) before anything is read or printed. Methods (all with credax's defaults, grouped
+by prompt id):
 
 =================  =================================================================
 ``grpo``           outcome advantage, the same on every turn of a rollout
@@ -38,7 +51,7 @@ prompt id):
                    rollouts' at the same turn
 =================  =================================================================
 
-Each method is the call table's canonical call (``credax.testing.calls``) on the rollouts as
+Each method is the method registry's canonical call (``credax._registry``) on the rollouts as
 a :class:`credax.testing.TurnBatch` (:func:`turn_batch`: the outcome as the row's reward, the
 environment step rewards as the per-turn rewards, the anchors as the anchor states).
 
@@ -63,15 +76,17 @@ from importlib import resources
 import jax.numpy as jnp
 import numpy as np
 
+import credax
+
+from ._batch import TurnBatch
 from ._readers import FORMATS, read_rollouts
+from ._registry import EXPLAINED, Call
 from ._rollouts import Rollout, RolloutBatch, Turn, pad_rollouts
 from ._triage import Role
-from .testing.batch import TurnBatch
-from .testing.calls import EXPLAINED, Call
 
 
 def turn_batch(b: RolloutBatch) -> TurnBatch:
-    """The :class:`credax.testing.TurnBatch` of a rollout batch, the call table's input: the
+    """The :class:`credax.testing.TurnBatch` of a rollout batch, the method registry's input: the
     outcome is the reward of a row, the environment step rewards the per-turn rewards."""
     return TurnBatch(scores=b.scores, turn_mask=b.turn_mask, group_ids=b.groups,
                      rewards=b.outcome, roles=b.roles, token_turn=b.token_turn, rows=b.row_mask,
@@ -80,7 +95,7 @@ def turn_batch(b: RolloutBatch) -> TurnBatch:
 
 def _method(call: Call) -> Callable[[RolloutBatch], object]:
     def per_turn(b: RolloutBatch):
-        out = call(turn_batch(b))  # the table's call, with credax's defaults
+        out = call(turn_batch(b))  # the registry's call, with credax's defaults
         if call.level == "row":  # the same value on every turn of the rollout
             return jnp.where(b.turn_mask, out[:, None], jnp.zeros_like(b.scores))
         return out
@@ -88,19 +103,38 @@ def _method(call: Call) -> Callable[[RolloutBatch], object]:
     return per_turn
 
 
-# The call table's methods that give per-turn (or per-rollout) credit: credax.testing.calls.
+# The registry's methods that give per-turn (or per-rollout) credit: credax._registry.
 METHODS: dict[str, Callable[[RolloutBatch], object]] = {
     m: _method(c) for m, c in EXPLAINED.items()}
 _ROLE_LETTER = {int(r): r.name[0] for r in Role}
 
 # One sentence per method for the page: what it compares a turn with, and what its sign means.
 METHOD_NOTES: dict[str, str] = {m: c.note for m, c in EXPLAINED.items()}
-COLOUR_NOTE = ("Colour = advantage: blue = the method pushes the turn's tokens up (positive), red = "
-               "down (negative), white = 0; hatched grey = the rollout has no such turn (padding, "
-               "no value). Each cell shows the turn's verifier score and judge role "
-               "(D/E/N/R).")
+COLOUR_NOTE = ("Colour = advantage, on one scale for every heatmap of this page: blue = the method "
+               "pushes the turn's tokens up (positive), red = down (negative), white = 0; hatched "
+               "grey = the rollout has no such turn (padding, no value); a plain grey panel = the "
+               "method was not computed for that group (the reason is written in it). Each cell "
+               "shows the turn's verifier score and judge role (D/E/N/R).")
 # The example rollouts shipped with credax (what the rollouts guide runs).
 EXAMPLE = str(resources.files("credax") / "data" / "agent_tasks.jsonl")
+
+# The TurnBatch fields explain fills from optional keys of a file's turns: whether a turn has a
+# value there, and the reason a method that reads the field is not computed where none has.
+# Absent, they hold defaults (unlabeled roles, a state of its own per turn, reward 0) on which a
+# method that reads them gives zeros or a copy of GRPO: such a result is never shown.
+_FROM_FILE: dict[str, tuple[Callable[[Turn], bool], str]] = {
+    "roles": (lambda t: t.role is not None, "no turn {where} has a judge `role`"),
+    "anchors": (lambda t: t.anchor is not None,
+                "no turn {where} has an `anchor`, the state it acted in"),
+    "turn_rewards": (lambda t: t.reward != 0, "every step `reward` {where} is 0 or absent"),
+}
+# Fields explain fills with no values of the file (credit is per turn: it pads no tokens).
+_NOT_FILLED = {"token_turn": "it reads token positions, and credax.explain pads no tokens"}
+# TCPO's parts on the page, in the order of its formula: (label, path in the TCPO result).
+_PARTS = (("best score before", ("retrospective", "best_prior")),
+          ("retrospective (progress)", ("retrospective", "credit")),
+          ("hindsight", ("hindsight", "credit")),
+          ("sum before the z-score", ("credit",)))
 
 
 def prompt_label(key) -> str:
@@ -114,22 +148,39 @@ class Explained:
     Attributes:
       rollouts: the rollouts, in input order.
       methods: the method names, in the order asked.
-      credit: ``{method: list over rollouts of float arrays [num_turns]}``.
+      credit: ``{method: list over rollouts of float arrays [num_turns]}``; all NaN for a
+        rollout whose group the method could not be computed for (see :attr:`missing`).
       scores, roles: per rollout, ``float[num_turns]`` and ``int[num_turns]`` (``-1`` unlabeled).
       group_index: ``int[len(rollouts)]`` dense prompt group of each rollout.
       prompt_keys: the prompt id of each group.
+      missing: ``{method: {group: reason}}``: the groups a method was not computed for, because
+        what it reads is not in the file there (empty dicts: everything computed).
+      not_computed: ``{method: reason}`` for every method with a missing group: why, and where.
+      parts: ``{method: {part: list over rollouts of float arrays}}``: the intermediate values
+        of a method that has them (TCPO: best score before, retrospective, hindsight, their sum).
     """
 
-    def __init__(self, rollouts, methods, credit, scores, roles, group_index, prompt_keys):
+    def __init__(self, rollouts, methods, credit, scores, roles, group_index, prompt_keys, *,
+                 missing=None, not_computed=None, parts=None):
         self.rollouts, self.methods, self.credit = rollouts, methods, credit
         self.scores, self.roles = scores, roles
         self.group_index, self.prompt_keys = group_index, prompt_keys
+        self.missing = {m: {} for m in methods} if missing is None else missing
+        self.not_computed = {} if not_computed is None else not_computed
+        self.parts = {} if parts is None else parts
 
     def groups(self) -> list[np.ndarray]:
         """Row indices of each group, in group order."""
         order = np.argsort(self.group_index, kind="stable")
         bounds = np.searchsorted(self.group_index[order], np.arange(len(self.prompt_keys) + 1))
         return [order[bounds[g]:bounds[g + 1]] for g in range(len(self.prompt_keys))]
+
+    def scale(self, rows: Sequence[int] | None = None) -> float:
+        """The largest ``|advantage|`` computed (over ``rows``, default all): the colour scale."""
+        rows = range(len(self.rollouts)) if rows is None else rows
+        values = [np.abs(self.credit[m][i]) for m in self.methods for i in rows]
+        finite = [v[np.isfinite(v)] for v in values]
+        return max([float(v.max()) for v in finite if v.size] + [1e-6])
 
 
 def _check_methods(methods: Sequence[str]) -> list[str]:
@@ -142,9 +193,83 @@ def _check_methods(methods: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(methods))
 
 
+class _Reads:
+    """A batch that records which of its fields a call reads (a field read as ``None`` is one
+    the call handles without, such as TCPO's alternatives)."""
+
+    def __init__(self, batch: TurnBatch):
+        self._batch, self.fields = batch, set()
+
+    def __getattr__(self, name):
+        value = getattr(self._batch, name)
+        if value is not None:
+            self.fields.add(name)
+        return value
+
+
+def _present(rollouts: Sequence[Rollout], group_index: np.ndarray, n_groups: int
+             ) -> dict[str, np.ndarray]:
+    """``{field: bool[n_groups]}``: the groups where some turn has a value of that file key."""
+    present = {f: np.zeros(n_groups, bool) for f in _FROM_FILE}
+    for r, g in zip(rollouts, group_index, strict=True):
+        for f, (has, _) in _FROM_FILE.items():
+            if not present[f][g] and any(has(t) for t in r.turns):
+                present[f][g] = True
+    return present
+
+
+def _where(n: int, total: int) -> str:
+    return "in the file" if n == total else f"in {n} of the {total} prompt groups"
+
+
+def _compute(call: Call, tb: TurnBatch, layout, present: dict[str, np.ndarray]):
+    """One method on the batch: ``(per-turn credit, parts, {group: reason}, reason)``."""
+    n_groups = len(layout.prompt_keys)
+    every = dict.fromkeys(range(n_groups))
+    lacking = [f for f in call.needs if getattr(tb, f) is None]
+    if lacking or call.level not in ("row", "turn"):
+        why = (f"it reads TurnBatch.{lacking[0]}, which credax.explain does not fill" if lacking
+               else f"it gives {call.level}-level values, and the page shows per-turn credit")
+        return None, {}, {g: why for g in every}, why
+    reads = _Reads(tb)
+    args, kwargs = call.args(reads)  # what the table's call reads is what its entry says
+    full = getattr(credax, call.name)(*args, **kwargs)
+    out = np.asarray(call.output(full))
+    if call.level == "row":  # the same value on every turn of the rollout
+        out = np.where(np.asarray(tb.turn_mask), out[:, None], 0.0)
+    parts = {}
+    if all(hasattr(full, p[0]) for _, p in _PARTS):
+        for label, path in _PARTS:
+            value = full
+            for attr in path:
+                value = getattr(value, attr)
+            parts[label] = layout.per_turn(value)
+    not_filled = sorted(set(_NOT_FILLED) & reads.fields)
+    if not_filled:
+        why = _NOT_FILLED[not_filled[0]]
+        return None, {}, {g: why for g in every}, why
+    fields = [f for f in _FROM_FILE if f in reads.fields]
+    missing, lack = {}, {}
+    for g in range(n_groups):
+        gone = [f for f in fields if not present[f][g]]
+        if gone:
+            missing[g] = "; ".join(_FROM_FILE[f][1].format(where="in this group") for f in gone)
+    for f in fields:
+        n = int((~present[f]).sum())
+        if n:
+            lack[f] = _FROM_FILE[f][1].format(where=_where(n, n_groups))
+    return layout.per_turn(out), parts, missing, "; ".join(lack.values()) or None
+
+
 def explain(rollouts: Sequence[Rollout], methods: Sequence[str] = ("grpo", "tcpo", "triage"),
             ) -> Explained:
     """Per-turn credit of every rollout under each method (see the module docstring).
+
+    A method whose input is not in the file (judge roles for TRIAGE, anchor states for GiGPO,
+    HGPO and G2PO, step rewards for MT-GRPO, GiGPO, HGPO and the turn baseline: the batch
+    fields its call-table entry reads) is not computed where no turn of a prompt group has that
+    input: its credit there is NaN and :attr:`Explained.missing` says why, never a row of
+    zeros or a copy of GRPO.
 
     Args:
       rollouts: the rollouts (e.g. from :func:`credax.read_rollouts`).
@@ -161,18 +286,35 @@ def explain(rollouts: Sequence[Rollout], methods: Sequence[str] = ("grpo", "tcpo
       >>> from credax.explain import explain
       >>> rs = [credax.Rollout("p", [credax.Turn([1], 0.0), credax.Turn([2], 1.0, role="D")]),
       ...       credax.Rollout("p", [credax.Turn([3], 0.0, role="N")])]
-      >>> ex = explain(rs, ["grpo", "triage"])
+      >>> ex = explain(rs, ["grpo", "triage", "mt_grpo"])
       >>> [[round(float(x), 3) for x in row] for row in ex.credit["triage"]]
       [[0.707, 0.907], [-0.727]]
+      >>> print(ex.not_computed["mt_grpo"])
+      every step `reward` in the file is 0 or absent
+      >>> ex.credit["mt_grpo"][1]
+      array([nan], dtype=float32)
     """
     methods = _check_methods(methods)
     # Credit needs no token ids: pad turn values only, so a large file stays small on the device.
     light = [Rollout(r.prompt_id, [Turn((), t.score, role=t.role, reward=t.reward, anchor=t.anchor)
                                    for t in r.turns], outcome=r.outcome) for r in rollouts]
     batch, layout = pad_rollouts(light)
-    credit = {m: layout.per_turn(METHODS[m](batch)) for m in methods}
+    tb = turn_batch(batch)
+    present = _present(rollouts, layout.group_index, len(layout.prompt_keys))
+    nan = [np.full(len(s), np.nan, np.float32) for s in layout.per_turn(batch.scores)]
+    credit, missing, not_computed, parts = {}, {}, {}, {}
+    for m in methods:
+        values, parts_m, missing[m], why = _compute(EXPLAINED[m], tb, layout, present)
+        values = nan if values is None else values
+        credit[m] = [nan[i] if g in missing[m] else v
+                     for i, (v, g) in enumerate(zip(values, layout.group_index, strict=True))]
+        if why is not None:
+            not_computed[m] = why
+        if parts_m:
+            parts[m] = parts_m
     return Explained(list(rollouts), methods, credit, layout.per_turn(batch.scores),
-                     layout.per_turn(batch.roles), layout.group_index, layout.prompt_keys)
+                     layout.per_turn(batch.roles), layout.group_index, layout.prompt_keys,
+                     missing=missing, not_computed=not_computed, parts=parts)
 
 
 # ------------------------------------------------------------------------------------------
@@ -181,12 +323,15 @@ def explain(rollouts: Sequence[Rollout], methods: Sequence[str] = ("grpo", "tcpo
 
 
 def _fmt_turns(values, width: int = 6, limit: int = 8) -> str:
+    if len(values) and np.isnan(values).all():  # not computed for this rollout's group
+        return "n/a".rjust(width)
     cells = [f"{v:+.2f}".rjust(width) for v in values[:limit]]
     return " ".join(cells) + (" …" if len(values) > limit else "")
 
 
 def table(ex: Explained, max_rows: int = 30) -> str:
-    """The terminal table: one line per rollout, per method its per-turn credit (8 turns at most)."""
+    """The terminal table: one line per rollout, per method its per-turn credit (8 turns at most;
+    ``n/a`` where the method was not computed for the rollout's group)."""
     width = 7 * min(max(len(s) for s in ex.scores), 8) + 1
     head = f"{'group':>5} {'row':>5} {'turns':>5} {'outcome':>7}  " + "  ".join(
         f"{m:<{width}}" for m in ex.methods)
@@ -203,64 +348,85 @@ def table(ex: Explained, max_rows: int = 30) -> str:
     return "\n".join(lines)
 
 
-_PAD_FACE, _PAD_EDGE = "#bdbdbd", "#7a7a7a"
+_PAD_FACE, _PAD_EDGE, _NA_FACE = "#bdbdbd", "#7a7a7a", "#e6e6e6"
+# Cell labels: 8 pt at 100 dpi = 11.1 px, and the page shows a heatmap at its own size (a wide one
+# scrolls in its box), so a label is 11 px on screen at any window width.
+LABEL_PT, DPI = 8, 100
+LABEL_PX = LABEL_PT * DPI / 72
 
 
-def heatmap(ex: Explained, rows: np.ndarray, path: str, title: str) -> None:
+def heatmap(ex: Explained, rows: np.ndarray, path: str, title: str, *,
+            vmax: float | None = None) -> None:
     """One PNG: the group's rollouts × turns, a panel per method, score and role in each cell."""
-    heatmap_figure(ex, rows, title).savefig(path, dpi=110)
+    heatmap_figure(ex, rows, title, vmax=vmax).savefig(path, dpi=DPI)
 
 
-def heatmap_figure(ex: Explained, rows: np.ndarray, title: str):
-    """The ``matplotlib.figure.Figure`` that :func:`heatmap` saves."""
+def heatmap_figure(ex: Explained, rows: np.ndarray, title: str, *, vmax: float | None = None):
+    """The ``matplotlib.figure.Figure`` that :func:`heatmap` saves: the panels one above the
+    other, colour scale ``±vmax`` (default :meth:`Explained.scale` of all rollouts: the same for
+    every group), a grey panel with the reason for a method not computed for this group."""
+    import textwrap
+
     from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
     from matplotlib.patches import Patch, Rectangle
 
     k = max(len(ex.scores[i]) for i in rows)
     n = len(rows)
-    panels = len(ex.methods)
-    ncols = min(panels, 2)  # two panels a row: readable side by side, never a strip
-    nrows = -(-panels // ncols)
-    fig = Figure(figsize=(max(3.0, 0.9 * k + 1.6) * ncols + 1.0, (0.55 * n + 1.3) * nrows + 0.4),
-                 layout="constrained")
-    grid_axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for ax in grid_axes[panels:]:
-        ax.set_visible(False)
-    axes = grid_axes[:panels]
-    stacks = {}
-    for m in ex.methods:
+    group = int(ex.group_index[rows[0]])
+    width = max(4.2, 0.62 * k + 2.2)  # inches: a cell is ~62 px wide at DPI, room for "0.50"
+    # A panel's height: its rows; a method not computed here gets a low grey strip.
+    heights = [0.42 * n + 0.85 if group not in ex.missing[m] else 1.0 for m in ex.methods]
+    fig = Figure(figsize=(width, sum(heights) + 0.5), dpi=DPI, layout="constrained")
+    axes = fig.subplots(len(ex.methods), 1, squeeze=False,
+                        gridspec_kw={"height_ratios": heights}).ravel()
+    vmax = max(ex.scale() if vmax is None else float(vmax), 1e-6)
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-vmax, vmax=vmax)
+    cmap = colormaps["RdBu"].with_extremes(bad=_PAD_FACE)
+    padded = False
+    for ax, m in zip(axes, ex.methods, strict=True):
+        ax.set_xlim(-0.5, k - 0.5)
+        ax.set_ylim(n - 0.5, -0.5)
+        why = ex.missing[m].get(group)
+        if why is not None:  # not computed here: grey, the reason, no numbers
+            ax.set_facecolor(_NA_FACE)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            # ~6.5 px a character at LABEL_PT: wrapped to the panel (the figure less its margins)
+            text = "\n".join(textwrap.wrap(why.replace("`", ""), int((width - 1.9) * DPI / 6.5)))
+            ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center",
+                    fontsize=LABEL_PT, color="#444444")
+            ax.set_title(f"{m}: not computed", fontsize=9, color="#666666")
+            continue
         grid = np.full((n, k), np.nan)
         for j, i in enumerate(rows):
             grid[j, :len(ex.credit[m][i])] = ex.credit[m][i]
-        stacks[m] = grid
-    vmax = max(float(np.nanmax(np.abs(g))) if np.isfinite(g).any() else 0.0 for g in stacks.values())
-    norm = TwoSlopeNorm(vcenter=0.0, vmin=-max(vmax, 1e-6), vmax=max(vmax, 1e-6))
-    cmap = colormaps["RdBu"].with_extremes(bad=_PAD_FACE)
-    for ax, m in zip(axes, ex.methods, strict=True):
-        grid = np.ma.masked_invalid(stacks[m])
-        image = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
-        for j, t in np.argwhere(np.isnan(stacks[m])):  # no such turn: hatched, never a white 0
+        ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+        for j, t in np.argwhere(np.isnan(grid)):  # no such turn: hatched, never a white 0
+            padded = True
             ax.add_patch(Rectangle((t - 0.5, j - 0.5), 1, 1, facecolor=_PAD_FACE,
                                    edgecolor=_PAD_EDGE, hatch="///", linewidth=0))
         for j, i in enumerate(rows):
             for t, (s, role) in enumerate(zip(ex.scores[i], ex.roles[i], strict=True)):
                 label = f"{s:.2f}" + (f"\n{_ROLE_LETTER[int(role)]}" if role >= 0 else "")
-                strong = abs(stacks[m][j, t]) > 0.6 * max(vmax, 1e-6)
-                ax.text(t, j, label, ha="center", va="center", fontsize=7,
+                strong = abs(grid[j, t]) > 0.6 * vmax
+                ax.text(t, j, label, ha="center", va="center", fontsize=LABEL_PT,
                         color="white" if strong else "black")
-        ax.set_title(m)
-        ax.set_xticks(range(k), [str(t) for t in range(k)])
-        ax.set_yticks(range(n), [f"#{i}" for i in rows])
-        ax.set_xlabel("turn")
-    for ax in axes[::ncols]:
-        ax.set_ylabel("rollout")
-    fig.colorbar(image, ax=list(axes), shrink=0.8, label="advantage (blue +, red −)")
-    if any(np.isnan(g).any() for g in stacks.values()):
+        ax.set_title(m, fontsize=9)
+        ax.set_xticks(range(k), [str(t) for t in range(k)], fontsize=LABEL_PT)
+        ax.set_yticks(range(n), [f"#{i}" for i in rows], fontsize=LABEL_PT)
+        ax.set_ylabel("rollout", fontsize=LABEL_PT)
+    axes[-1].set_xlabel("turn", fontsize=LABEL_PT)
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), shrink=0.9,
+                       aspect=40)
+    bar.set_label(f"advantage (one scale for every group: ±{vmax:.2f})", fontsize=LABEL_PT)
+    bar.ax.tick_params(labelsize=LABEL_PT)
+    if padded:
         fig.legend(handles=[Patch(facecolor=_PAD_FACE, edgecolor=_PAD_EDGE, hatch="///",
-                                  label="no such turn")], loc="outside lower center", fontsize=7,
-                   frameon=False)
+                                  label="no such turn")], loc="outside lower center",
+                   fontsize=LABEL_PT, frameon=False)
     # parse_math=False: a prompt id such as "$x$" is text, not matplotlib mathtext.
     fig.suptitle(title, fontsize=9, parse_math=False)
     return fig
@@ -268,14 +434,21 @@ def heatmap_figure(ex: Explained, rows: np.ndarray, title: str):
 
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>credax explain: {name}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
-body {{ font-family: sans-serif; margin: 2em; color: #222; }}
+body {{ font-family: sans-serif; margin: 1em; color: #222; max-width: 70em; }}
 table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }}
 td, th {{ border: 1px solid #ccc; padding: 2px 6px; text-align: right; }}
-th {{ background: #f3f3f3; }} img {{ max-width: 100%; border: 1px solid #ddd; }}
+th {{ background: #f3f3f3; }}
+.wide, .heat {{ overflow-x: auto; max-width: 100%; }}
+.heat img {{ max-width: none; border: 1px solid #ddd; }}  /* own size: labels stay readable */
 .pos {{ color: #1f5fa8; }} .neg {{ color: #b2182b; }}
 td.pad {{ background: repeating-linear-gradient(45deg, #bdbdbd 0 3px, #e0e0e0 3px 6px);
           color: #555; text-align: center; }}
+.not-computed {{ color: #6b6b6b; background: #eeeeee; }}
+li.not-computed, ul.not-computed {{ padding: 2px 6px 2px 1.6em; }}
+tr.not-computed td {{ text-align: left; }}
+tr.part th, tr.part td {{ color: #555; font-size: 0.95em; }}
 </style></head><body>
 <h1>Per-turn credit: {name}</h1>
 <p>{n_rollouts} rollouts, {n_groups} prompt groups, {n_turns} turns. Numbers of every rollout
@@ -283,7 +456,7 @@ are in <a href="credit.json">credit.json</a>.</p>
 <ul id="methods">
 {notes}
 </ul>
-<p id="legend">{colour} In the tables, <span class="pos">blue</span> = positive,
+<p id="legend">{colour} {scale} In the tables, <span class="pos">blue</span> = positive,
 <span class="neg">red</span> = negative, a hatched cell (–) = no such turn.</p>
 <table id="summary"><tr><th>method</th><th>mean advantage</th><th>mean |advantage|</th>
 <th>positive turns</th><th>negative turns</th></tr>
@@ -291,29 +464,94 @@ are in <a href="credit.json">credit.json</a>.</p>
 </table>
 {groups}
 <script>
-// For automated checks only (nothing is shown): how many images decoded.
+// For automated checks only (nothing is shown): how many images decoded, the smallest cell label
+// as drawn on screen (the label's size in the PNG times the image's on-screen scale), the page's
+// width against the window's.
 window.addEventListener("load", function () {{
   var imgs = Array.prototype.slice.call(document.images);
-  var ok = imgs.filter(function (i) {{ return i.complete && i.naturalWidth > 0; }}).length;
-  document.body.setAttribute("data-images-loaded", ok + "/" + imgs.length);
+  var ok = imgs.filter(function (i) {{ return i.complete && i.naturalWidth > 0; }});
+  var small = Infinity;
+  ok.forEach(function (i) {{
+    var px = parseFloat(i.getAttribute("data-label-px"));
+    small = Math.min(small, px * i.getBoundingClientRect().width / i.naturalWidth);
+  }});
+  document.body.setAttribute("data-images-loaded", ok.length + "/" + imgs.length);
+  document.body.setAttribute("data-min-label-px", isFinite(small) ? small.toFixed(2) : "none");
+  document.body.setAttribute("data-page-width",
+                             document.documentElement.scrollWidth + "/" + window.innerWidth);
 }});
 </script>
 </body></html>
 """
 
 
+def _why_html(why: str) -> str:
+    """A reason as HTML: its `key` spans as code."""
+    parts = html.escape(why).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _cell(v: float) -> str:
     return f'<td class="{"pos" if v > 0 else "neg" if v < 0 else ""}">{v:+.3f}</td>'
 
 
-def html_page(ex: Explained, images: dict[int, str], name: str, max_rollouts: int = 24) -> str:
-    """The static page: the methods, summary table, then per group its heatmap and numbers."""
-    summary = []
-    for m in ex.methods:
-        flat = np.concatenate(ex.credit[m]) if ex.credit[m] else np.zeros(0)
-        summary.append(f"<tr><th>{html.escape(m)}</th><td>{flat.mean():+.4f}</td>"
-                       f"<td>{np.abs(flat).mean():.4f}</td><td>{int((flat > 0).sum())}</td>"
-                       f"<td>{int((flat < 0).sum())}</td></tr>")
+def _stats(flat: np.ndarray) -> str:
+    mean = round(float(flat.mean()), 4) + 0.0  # a centred method's -1e-9 is +0.0000, not -0.0000
+    return (f"<td>{mean:+.4f}</td><td>{np.abs(flat).mean():.4f}</td>"
+            f"<td>{int((flat > 0).sum())}</td><td>{int((flat < 0).sum())}</td>")
+
+
+def _summary_row(ex: Explained, m: str) -> str:
+    name = html.escape(m)
+    computed = [v for v in ex.credit[m] if not (len(v) and np.isnan(v).all())]
+    if not computed:
+        return (f'<tr class="not-computed" data-method="{name}"><th>{name}</th><td colspan="4">'
+                f"not computed: {_why_html(ex.not_computed[m])}</td></tr>")
+    # Computed in some groups only: the figures are theirs, and the row says so.
+    if m in ex.not_computed:
+        total = len(ex.prompt_keys)
+        name += (f' <span class="partly">(computed in {total - len(ex.missing[m])} groups of '
+                 f"{total})</span>")
+    return f"<tr><th>{name}</th>{_stats(np.concatenate(computed))}</tr>"
+
+
+def _parts_table(ex: Explained, m: str, g: int, rows: np.ndarray, k: int) -> str:
+    """A method's intermediate values per rollout (TCPO: best score before, its two credits,
+    their sum, the group's mean sum at each turn, the advantage after the z-score)."""
+    parts = ex.parts[m]
+    total = parts["sum before the z-score"]
+    members = ex.groups()[g]
+    # + 0.0: a mean of -1e-9 is shown as 0.000, not -0.000
+    mean = [round(float(np.mean([total[j][t] for j in members if len(total[j]) > t])), 3) + 0.0
+            for t in range(k)]
+    body = [f'<h3>{html.escape(m)}: its parts</h3>',
+            f'<p class="parts-note">{html.escape(m)} sums each turn\'s retrospective credit '
+            "(progress over the best score before it; preservation and regression once solved) and "
+            "its hindsight credit (on a turn that made no progress), then z-scores the sum over the "
+            "same turn of the group's rollouts: a turn whose sum equals the group's mean there gets "
+            "0 (a turn that went 0.00 → 0.50 gets 0 when every rollout of the group made the same "
+            "progress at that turn).</p>",
+            f'<div class="wide"><table class="parts" data-method="{html.escape(m)}"><tr>'
+            "<th>rollout</th><th>value</th>" + "".join(f"<th>turn {t}</th>" for t in range(k))
+            + "</tr>"]
+    for i in rows:
+        pad = '<td class="pad" title="no such turn">–</td>' * (k - len(ex.scores[i]))
+        lines = [("score", ex.scores[i]), *((label, v[i]) for label, v in parts.items()),
+                 ("group mean of the sum", mean[:len(ex.scores[i])]),
+                 ("advantage (after the z-score)", ex.credit[m][i])]
+        for label, values in lines:
+            cells = "".join(f"<td>{float(v):.3f}</td>" if label != lines[-1][0] else _cell(float(v))
+                            for v in values)
+            body.append(f'<tr class="part"><th>#{i}</th><th>{html.escape(label)}</th>{cells}{pad}</tr>')
+    body.append("</table></div>")
+    return "\n".join(body)
+
+
+def html_page(ex: Explained, images: dict[int, str], name: str, max_rollouts: int = 24, *,
+              vmax: float | None = None) -> str:
+    """The static page: the methods (a method not computed: greyed, with the reason), summary
+    table, then per group its heatmap, numbers and TCPO's parts."""
+    summary = [_summary_row(ex, m) for m in ex.methods]
     sections = []
     for g, rows in enumerate(ex.groups()):
         if g not in images:
@@ -321,27 +559,44 @@ def html_page(ex: Explained, images: dict[int, str], name: str, max_rollouts: in
         rows = rows[:max_rollouts]
         key = html.escape(_clip(prompt_label(ex.prompt_keys[g]), 200))
         k = max(len(ex.scores[i]) for i in rows)
-        body = [f'<h2 id="group-{g}">Group {g}: <code>{key}</code></h2>',
-                f'<img src="{images[g]}" alt="credit heatmap of group {g}">',
-                '<table class="credit"><tr><th>rollout</th><th>method</th>'
-                + "".join(f"<th>turn {t}</th>" for t in range(k)) + "</tr>"]
+        shown = [m for m in ex.methods if g not in ex.missing[m]]
+        body = [f'<h2 id="group-{g}">Group {g}: <code>{key}</code></h2>']
+        gone = [m for m in ex.methods if g in ex.missing[m]]
+        if gone:
+            body.append('<ul class="not-computed">' + "".join(
+                f'<li data-method="{html.escape(m)}"><b>{html.escape(m)}</b> not computed for '
+                f"this group: {_why_html(ex.missing[m][g])}.</li>" for m in gone) + "</ul>")
+        body += [f'<div class="heat"><img src="{images[g]}" alt="credit heatmap of group {g}" '
+                 f'data-label-px="{LABEL_PX:.2f}"></div>',
+                 '<div class="wide"><table class="credit"><tr><th>rollout</th><th>method</th>'
+                 + "".join(f"<th>turn {t}</th>" for t in range(k)) + "</tr>"]
         for i in rows:
             pad = '<td class="pad" title="no such turn">–</td>' * (k - len(ex.scores[i]))
-            for m in ex.methods:
+            for m in shown:
                 body.append(f"<tr><th>#{i}</th><th>{html.escape(m)}</th>"
                             + "".join(_cell(float(v)) for v in ex.credit[m][i]) + pad + "</tr>")
-        body.append("</table>")
+        body.append("</table></div>")
+        body += [_parts_table(ex, m, g, rows, k) for m in shown if m in ex.parts]
         sections.append("\n".join(body))
     skipped = len(ex.prompt_keys) - len(images)
     if skipped:
         sections.append(f"<p>{skipped} more groups are in credit.json (raise --max-groups to draw "
                         "them).</p>")
     n_turns = sum(len(s) for s in ex.scores)
-    notes = "\n".join(f"<li><b>{html.escape(m)}</b> — {html.escape(METHOD_NOTES[m])}</li>"
-                      for m in ex.methods)
+    notes = []
+    for m in ex.methods:
+        note = f"<b>{html.escape(m)}</b> — {html.escape(METHOD_NOTES[m])}"
+        if m in ex.not_computed:
+            notes.append(f'<li class="not-computed" data-method="{html.escape(m)}">{note} '
+                         f'<span class="why">Not computed: {_why_html(ex.not_computed[m])}.</span></li>')
+        else:
+            notes.append(f"<li>{note}</li>")
+    vmax = ex.scale() if vmax is None else vmax
+    scale = (f"The colour bar runs from −{vmax:.2f} to +{vmax:.2f} on every heatmap (the largest "
+             "|advantage| drawn)." if images else "")
     return _PAGE.format(name=html.escape(name), n_rollouts=len(ex.rollouts),
-                        n_groups=len(ex.prompt_keys), n_turns=n_turns, notes=notes,
-                        colour=html.escape(COLOUR_NOTE), summary="\n".join(summary),
+                        n_groups=len(ex.prompt_keys), n_turns=n_turns, notes="\n".join(notes),
+                        colour=html.escape(COLOUR_NOTE), scale=scale, summary="\n".join(summary),
                         groups="\n".join(sections))
 
 
@@ -362,6 +617,13 @@ def _check_outputs(out: str, max_groups: int, max_rollouts: int, heatmaps: bool)
             raise ValueError(f"`{name}` must be an int >= {low}; got {value!r}.")
     if os.path.exists(out) and not os.path.isdir(out):
         raise ValueError(f"`out` must be a directory (it is created if missing); {out!r} is a file.")
+    # The nearest existing folder above `out`: a file there (`report.html/out`) cannot hold it.
+    above = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ValueError(f"`out`: {out!r} cannot be created, {above!r} above it is a file, not a "
+                         "directory.")
     if heatmaps and max_groups > 0 and importlib.util.find_spec("matplotlib") is None:
         raise ImportError("the heatmaps need matplotlib, which is not installed: install the "
                           "`explain` extra (pip install '/path/to/credax[explain]'), or pass "
@@ -378,26 +640,33 @@ def write_outputs(ex: Explained, out: str, *, name: str, max_groups: int = 50,
     matplotlib needed).
 
     Raises (before anything is written):
-      ValueError: ``out`` is a file, ``max_groups < 0`` or ``max_rollouts < 1``.
+      ValueError: ``out`` is a file or below one, ``max_groups < 0`` or ``max_rollouts < 1``.
       ImportError: heatmaps are asked for and matplotlib is not installed.
     """
     _check_outputs(out, max_groups, max_rollouts, heatmaps)
     os.makedirs(out, exist_ok=True)
     records = []
     for i, r in enumerate(ex.rollouts):
+        g = int(ex.group_index[i])
         records.append({
-            "row": i, "group": int(ex.group_index[i]), "prompt_id": _jsonable(r.prompt_id),
+            "row": i, "group": g, "prompt_id": _jsonable(r.prompt_id),
             "source": r.meta.get("source"),
             "outcome": r.outcome if r.outcome is not None else float(ex.scores[i][-1]),
             "scores": [float(s) for s in ex.scores[i]],
             "roles": [int(x) for x in ex.roles[i]],
-            "credit": {m: [float(v) for v in ex.credit[m][i]] for m in ex.methods},
+            # null: not computed for this rollout's group (the reason in "not_computed")
+            "credit": {m: None if g in ex.missing[m] else [float(v) for v in ex.credit[m][i]]
+                       for m in ex.methods},
+            "not_computed": {m: ex.missing[m][g] for m in ex.methods if g in ex.missing[m]},
         })
     with open(os.path.join(out, "credit.json"), "w", encoding="utf-8") as fh:
-        json.dump({"methods": ex.methods, "rollouts": records}, fh, ensure_ascii=False)
+        json.dump({"methods": ex.methods, "not_computed": ex.not_computed, "rollouts": records},
+                  fh, ensure_ascii=False)
     images = {}
     groups = ex.groups()
     drawn = min(len(groups), max_groups) if heatmaps else 0
+    # One colour scale for every heatmap: the largest |advantage| of the rollouts drawn.
+    vmax = ex.scale([i for g in range(drawn) for i in groups[g][:max_rollouts]])
     started = time.monotonic()
     for g in range(drawn):
         png = f"group_{g:03d}.png"
@@ -405,12 +674,12 @@ def write_outputs(ex: Explained, out: str, *, name: str, max_groups: int = 50,
         title = _clip(f"group {g}: {prompt_label(ex.prompt_keys[g])}", 100)
         if len(rows) < len(groups[g]):
             title += f" (first {len(rows)} of {len(groups[g])} rollouts)"
-        heatmap(ex, rows, os.path.join(out, png), title)
+        heatmap(ex, rows, os.path.join(out, png), title, vmax=vmax)
         images[g] = png
         if drawn >= 10 and ((g + 1) % max(1, drawn // 10) == 0 or g + 1 == drawn):
             log(f"drawing heatmaps: {g + 1}/{drawn} groups ({time.monotonic() - started:.1f} s)")
     with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as fh:
-        fh.write(html_page(ex, images, name, max_rollouts))
+        fh.write(html_page(ex, images, name, max_rollouts, vmax=vmax))
     return images
 
 
@@ -434,16 +703,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("rollouts", nargs="?", help="a rollouts .jsonl file or a directory of them")
     parser.add_argument("--example", action="store_true",
                         help="use the example rollouts shipped with credax (credax.explain.EXAMPLE)")
-    parser.add_argument("--format", default="credax", choices=FORMATS)
+    parser.add_argument("--format", default="credax", choices=FORMATS,
+                        help="the file's schema (default: %(default)s)")
     parser.add_argument("--methods", default="grpo,tcpo,triage",
-                        help=f"comma-separated, from {','.join(METHODS)} (default grpo,tcpo,triage)")
-    parser.add_argument("--out", default="credax-explain", help="output directory")
+                        help=f"comma-separated, from {','.join(METHODS)} (default: %(default)s)")
+    parser.add_argument("--out", default="credax-explain",
+                        help="output directory, created if missing (default: %(default)s)")
     parser.add_argument("--max-groups", type=_at_least(0), default=50,
-                        help="heatmaps drawn (first groups)")
+                        help="heatmaps drawn (first groups; default: %(default)s)")
     parser.add_argument("--max-rollouts", type=_at_least(1), default=24,
-                        help="rollouts per group drawn in a heatmap (first ones)")
+                        help="rollouts per group drawn in a heatmap (first ones; default: %(default)s)")
     parser.add_argument("--max-rows", type=_at_least(0), default=30,
-                        help="rollouts in the terminal table")
+                        help="rollouts in the terminal table (default: %(default)s)")
     parser.add_argument("--no-heatmaps", action="store_true",
                         help="write credit.json and index.html only (no matplotlib needed)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -470,6 +741,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
         print(f"credax.explain: error: {err}", file=sys.stderr)
         return 2
+    for m, why in ex.not_computed.items():  # said always, --quiet or not: it is not progress
+        print(f"credax.explain: warning: {m} not computed ({why}): greyed out on the page, "
+              "null in credit.json.", file=sys.stderr)
     print(table(ex, args.max_rows))
     images = write_outputs(ex, args.out, name=os.path.basename(os.path.normpath(source)),
                            max_groups=args.max_groups, max_rollouts=args.max_rollouts,

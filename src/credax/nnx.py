@@ -23,7 +23,6 @@ The module does not import flax: the model is any callable (an ``nnx.Module`` in
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -34,6 +33,7 @@ from jaxtyping import Array, Bool, Float, Int
 from . import _checks
 from ._head import policy_loss_from_hidden
 from ._logprobs import token_logprobs, token_logprobs_from_hidden
+from ._loss_options import MOVED_TO_LOSS_OPTIONS
 from ._losses import PolicyMetrics, policy_loss
 
 
@@ -130,19 +130,15 @@ def sequence_logprobs(
     return jnp.concatenate([jnp.zeros((batch, 1), lp.dtype), lp[:, :-1]], axis=1)
 
 
-# Options policy_loss_fn forwards: the wrapper's own two, and policy_loss's keyword options except
-# those the batch provides.
-_POLICY_OPTIONS = frozenset({"apply", "chunk_size", "temperature", "fused"}) | frozenset(
-    name for name, p in inspect.signature(policy_loss).parameters.items()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in {"token_turn", "ref_logp"}
-)
+# Options policy_loss_fn takes: the wrapper's own, and the loss's `options=` (a LossOptions).
+_POLICY_OPTIONS = frozenset({"apply", "chunk_size", "temperature", "fused", "options"})
 
 
 def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Array, ""], PolicyMetrics]:
     """``(loss, metrics)`` of :func:`credax.policy_loss` for an NNX model on a :class:`PolicyBatch`.
 
     Differentiate it with ``nnx.value_and_grad(policy_loss_fn, has_aux=True)(model, batch)``.
-    Bind options with ``functools.partial(policy_loss_fn, agg=..., clip_high=...)``: flax's
+    Bind options with ``functools.partial(policy_loss_fn, options=credax.LossOptions(...))``: flax's
     transforms resolve every argument to a position and refuse keyword arguments at call time
     (``nnx.value_and_grad(f)(model, batch, agg=...)`` raises "keyword arguments could not be
     resolved to positions"), which is also why the options are ``**options`` rather than named
@@ -155,15 +151,16 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
         (score with the sampler's temperature); ``fused=True`` (a model returning
         ``(hidden, unembedding)``) computes the loss with :func:`credax.policy_loss_from_hidden`
         — the same value and gradients, three GEMMs a chunk instead of four (not with
-        ``ratio="sequence"``); every other option
-        goes to :func:`credax.policy_loss` (``clip_low``, ``clip_high``, ``dual_clip``, ``agg``,
-        ``normalizer``, ``kl_coef``, ``kl_estimator``, ``ratio``).
+        ``ratio="sequence"``); ``options``, a :class:`credax.LossOptions` (e.g.
+        ``credax.presets.VERL_LOSS``), goes to the loss. A loss field given loose
+        (``clip_low=...``) is a ``TypeError`` saying it goes in ``options=``.
 
     Returns:
       ``(loss, PolicyMetrics)``.
 
     Raises:
-      TypeError: ``batch`` is not a :class:`PolicyBatch`, or an option is unknown.
+      TypeError: ``batch`` is not a :class:`PolicyBatch`, or an option is unknown (a loss
+        field given loose names ``options=``).
 
     Examples:
       >>> import credax, credax.nnx, jax.numpy as jnp
@@ -182,9 +179,11 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
         raise TypeError(f"`batch` must be a credax.nnx.PolicyBatch; got {type(batch).__name__}.")
     unknown = sorted(set(options) - _POLICY_OPTIONS)
     if unknown:
+        moved = [k for k in unknown if k in MOVED_TO_LOSS_OPTIONS]
+        hint = f" {MOVED_TO_LOSS_OPTIONS[moved[0]]}" if moved else ""
         raise TypeError(
             f"`policy_loss_fn` got unknown option(s) {unknown}; valid options are "
-            f"{sorted(_POLICY_OPTIONS)}."
+            f"{sorted(_POLICY_OPTIONS)}.{hint}"
         )
     apply = options.pop("apply", None)
     chunk_size = options.pop("chunk_size", None)
@@ -195,15 +194,8 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
     logp = sequence_logprobs(model, batch.tokens, mask, apply=apply, chunk_size=chunk_size,
                              temperature=temperature)
     mask = mask.at[:, 0].set(False)
-    out = policy_loss(
-        logp,
-        batch.old_logp,
-        batch.advantages,
-        mask,
-        token_turn=batch.token_turn,
-        ref_logp=batch.ref_logp,
-        **options,
-    )
+    out = policy_loss(logp, batch.old_logp, batch.advantages, mask, options=options.get("options"),
+                      token_turn=batch.token_turn, ref_logp=batch.ref_logp)
     return out.loss, out.metrics
 
 
@@ -225,5 +217,6 @@ def _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, optio
     result = policy_loss_from_hidden(
         hidden[:, :-1], unembedding, tokens[:, 1:], later(batch.old_logp), advantages,
         mask[:, 1:], chunk_size=chunk_size, temperature=temperature,
-        token_turn=later(batch.token_turn), ref_logp=later(batch.ref_logp), **options)
+        token_turn=later(batch.token_turn), ref_logp=later(batch.ref_logp),
+        options=options.get("options"))
     return result.loss, result.metrics

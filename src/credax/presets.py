@@ -1,4 +1,4 @@
-"""Parity presets: keyword arguments that make credax reproduce a peer framework's numbers.
+"""Parity presets: the options values that make credax reproduce a peer framework's numbers.
 
 The normalisation presets are :class:`credax.Normalization` values, the complete set of
 normalisation options, so nothing falls back silently to a credax default. Pass one as the
@@ -22,6 +22,11 @@ preset           reproduces
 ``TRL_NONE``     TRL ``scale_rewards="none"`` (Dr. GRPO): ``r - μ``.
 ``HGPO_VERL_AGENT`` (for ``hgpo_advantages``) verl-agent's shipped HGPO run: history 2, γ 0.95,
                  ``mean_std_norm`` with population std, ``L^1`` level weights, no base group.
+``TUNIX``        Tunix's core ``grpo`` estimator (``algo_core.compute_advantages``): unbiased
+                 std, ``(r - μ)/(σ + 1e-6)`` (Tunix requires ``G >= 2``; a lone row gets ``0``).
+``TUNIX_ORCHESTRATOR`` Tunix's experimental orchestrator ``GRPOAdapter.compute_advantages``:
+                 population std (``jnp.std``), ``(r - μ)/(σ + 1e-6)``. Newer than the pinned
+                 0.1.7: tested against a restatement of its formula.
 ``VPR``          VPR's state-group advantage (``thu-nics/VPR``, ``compute_vpr_turn_level_advantage``,
                  ``group_whiten``): population std, ``(r - μ)/(σ + 1e-8)``, singleton 0. With
                  the state group as the group: ``grpo_advantages(r, state_ids,
@@ -31,8 +36,11 @@ preset           reproduces
 TRL requires at least two generations per prompt (it raises otherwise), so its presets keep
 credax's singleton default (``0``); verl's do not.
 
-Loss presets, for ``credax.policy_loss(logp, old_logp, advantages, mask, **preset)`` (the same
-loss and gradients as the peer's, ties on the clip bounds included):
+Loss presets are :class:`credax.LossOptions` values, passed whole as the ``options=`` value of the
+policy loss, ``credax.policy_loss(logp, old_logp, advantages, mask,
+options=credax.presets.VERL_LOSS)`` (the same loss and gradients as the peer's, ties on the clip
+bounds included); like the normalisation presets they are not mappings (``**preset`` is a
+``TypeError`` saying so), and ``preset.replace(kl_coef=0.001)`` changes a field:
 
 ====================  ======================================================================
 preset                reproduces
@@ -46,29 +54,34 @@ preset                reproduces
 ``trl_loss(...)``     TRL ``GRPOTrainer._compute_loss`` for a ``loss_type``: see :func:`trl_loss`.
 ====================  ======================================================================
 
-``kl_coef`` (verl ``kl_loss_coef``, TRL ``beta``) and ``ref_logp`` are yours to pass.
+``kl_coef`` (verl ``kl_loss_coef``, TRL ``beta``: ``preset.replace(kl_coef=...)``) and
+``ref_logp`` are yours to pass.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
+from ._loss_options import LossOptions
 from ._normalization import Normalization
 
 
 class Options(Mapping):
     """A read-only mapping of keyword options (``fn(**preset)``), which copies, deep-copies and
     pickles (a ``types.MappingProxyType`` refuses all three). Equal to a ``dict`` with the same
-    items.
+    items. Only :data:`HGPO_VERL_AGENT` is one (the normalisation and loss presets are values).
 
     Examples:
       >>> import copy, pickle
       >>> from credax import presets
-      >>> pickle.loads(pickle.dumps(presets.VERL_LOSS)) == presets.VERL_LOSS
+      >>> pickle.loads(pickle.dumps(presets.HGPO_VERL_AGENT)) == presets.HGPO_VERL_AGENT
       True
-      >>> copy.deepcopy(presets.VERL_LOSS)["clip_low"]
-      0.2
+      >>> copy.deepcopy(presets.HGPO_VERL_AGENT)["history"]
+      2
     """
 
     __slots__ = ("_items",)
@@ -111,6 +124,15 @@ HGPO_VERL_AGENT = Options(
 )
 
 
+# Tunix's two GRPO conventions (google-tunix 0.1.7, the `tunix` extra). The core estimator,
+# tunix/rl/algo_core.py compute_advantages: (r - mean) / (std(ddof=1) + 1e-6) per reshape(-1, G).
+# The experimental orchestrator's GRPOAdapter.compute_advantages (tunix/experimental/orchestrator/
+# algorithm_adapter.py, newer than 0.1.7, not in the pinned wheel): jnp.std, population (ddof=0),
+# + 1e-6. Tunix refuses G = 1 (GRPOConfig); a lone row gets 0 here.
+TUNIX = Normalization(scale="group", ddof=1, eps=1e-6, eps_mode="add", singleton="zero")
+TUNIX_ORCHESTRATOR = Normalization(scale="group", ddof=0, eps=1e-6, eps_mode="add", singleton="zero")
+
+
 def trl(scale_rewards: str = "group") -> Normalization:
     """The TRL preset for a ``scale_rewards`` setting: ``"group"``, ``"batch"`` or ``"none"``."""
     try:
@@ -125,15 +147,13 @@ def trl(scale_rewards: str = "group") -> Normalization:
 # Loss parity presets.
 # --------------------------------------------------------------------------------------------
 
-VERL_LOSS = Options(
-    dict(clip_low=0.2, clip_high=0.2, dual_clip=3.0, agg="token-mean", ratio="token",
-         log_ratio_clamp=20.0, kl_estimator="k3", kl_clamp=10.0, kl_ratio_weight=False)
-)
-VERL_GSPO_LOSS = Options(
-    dict(clip_low=0.2, clip_high=0.2, dual_clip=None, agg="seq-mean-token-mean", ratio="sequence",
-         log_ratio_clamp=(-float("inf"), 10.0), kl_estimator="k3", kl_clamp=10.0,
-         kl_ratio_weight=False)
-)
+VERL_LOSS = LossOptions(clip_low=0.2, clip_high=0.2, dual_clip=3.0, agg="token-mean",
+                        ratio="token", log_ratio_clamp=20.0, kl_estimator="k3", kl_clamp=10.0,
+                        kl_ratio_weight=False)
+VERL_GSPO_LOSS = LossOptions(clip_low=0.2, clip_high=0.2, dual_clip=None,
+                             agg="seq-mean-token-mean", ratio="sequence",
+                             log_ratio_clamp=(-float("inf"), 10.0), kl_estimator="k3",
+                             kl_clamp=10.0, kl_ratio_weight=False)
 
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
@@ -150,7 +170,7 @@ def trl_loss(
     epsilon_high: float | None = None,
     delta: float | None = None,
     use_bias_correction_kl: bool = True,
-) -> Options:
+) -> LossOptions:
     """The ``policy_loss`` options that reproduce TRL ``GRPOTrainer`` for one ``loss_type``.
 
     TRL's denominators, and the ``normalizer`` that reproduces each (``n_b`` valid tokens of row
@@ -182,14 +202,22 @@ def trl_loss(
     ``gradient_accumulation_steps / steps_per_generation`` (1 with its defaults): fold that factor
     into ``num_items_in_batch`` if you change either.
 
+    Returns:
+      A :class:`credax.LossOptions` (pass it as ``options=``).
+
     Raises:
       ValueError: unknown ``loss_type`` or ``importance_sampling_level``; ``dr_grpo`` without
-        ``num_rows`` and ``max_completion_length``.
+        ``num_rows`` and ``max_completion_length``; a count that is not a positive whole number
+        (``num_rows``, ``max_completion_length``, ``num_processes``: zero, negative, fractional,
+        NaN), a ``num_items_in_batch`` that is negative or not finite; ``epsilon`` outside
+        ``(0, 1)``, ``epsilon_high <= 0``, ``delta <= 1`` (each named by its TRL name).
+      TypeError: a count or ``epsilon`` given as a bool, a string or ``None`` where a number is
+        needed; ``use_bias_correction_kl`` not a bool (``"false"`` would read as true).
 
     Examples:
       >>> import credax
       >>> opts = credax.presets.trl_loss("grpo", num_rows=8)
-      >>> opts["agg"], opts["normalizer"]
+      >>> opts.agg, opts.normalizer
       ('seq-mean-token-mean', 8)
     """
     if loss_type not in TRL_LOSS_TYPES:
@@ -198,6 +226,26 @@ def trl_loss(
     if importance_sampling_level not in ("token", "sequence"):
         raise ValueError("`importance_sampling_level` must be 'token' or 'sequence'; got "
                          f"{importance_sampling_level!r}.")
+    num_rows = None if num_rows is None else _count(num_rows, "num_rows")
+    if max_completion_length is not None:
+        max_completion_length = _count(max_completion_length, "max_completion_length")
+    num_processes = _count(num_processes, "num_processes")
+    if num_items_in_batch is not None:
+        items = _real(num_items_in_batch, "num_items_in_batch")
+        if not (math.isfinite(items) and items >= 0):
+            raise ValueError("`num_items_in_batch` must be a finite token count >= 0; got "
+                             f"{items}.")
+    eps = _real(epsilon, "epsilon")
+    if not 0 < eps < 1:
+        raise ValueError(f"`epsilon` must lie in (0, 1) (the ratio's lower bound is 1 - epsilon); "
+                         f"got {eps}.")
+    if epsilon_high is not None and not _real(epsilon_high, "epsilon_high") > 0:
+        raise ValueError(f"`epsilon_high` must be > 0; got {epsilon_high}.")
+    if delta is not None and not _real(delta, "delta") > 1:
+        raise ValueError(f"`delta` must be > 1 (TRL's two-sided clipping bound); got {delta}.")
+    if not isinstance(use_bias_correction_kl, bool | np.bool_):
+        raise TypeError("`use_bias_correction_kl` must be a bool; got "
+                        f"{use_bias_correction_kl!r}.")
     options = dict(
         clip_low=epsilon, clip_high=epsilon if epsilon_high is None else epsilon_high,
         dual_clip=None, ratio_cap=delta, ratio=importance_sampling_level, log_ratio_clamp=20.0,
@@ -217,10 +265,27 @@ def trl_loss(
         if num_items_in_batch is not None:
             normalizer = max(float(num_items_in_batch), 1.0) / num_processes
         options.update(agg="token-mean", normalizer=normalizer)
-    return Options(options)
+    return LossOptions(**options)
+
+
+def _real(value, name: str) -> float:
+    """``value`` as a float: a Python or NumPy real number (not a bool, a string or ``None``)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer
+                                                               | np.floating):
+        raise TypeError(f"`{name}` must be a real number; got {type(value).__name__} {value!r}.")
+    return float(value)
+
+
+def _count(value, name: str) -> int:
+    """``value`` as a positive whole number (``8``, ``8.0``, ``np.int64(8)``), named otherwise."""
+    v = _real(value, name)
+    if not (math.isfinite(v) and v >= 1 and v == int(v)):
+        raise ValueError(f"`{name}` must be a positive whole number (a count); got {value!r}.")
+    return int(v)
 
 
 TRL_LOSS = trl_loss("dapo")  # TRL 1.16's defaults: loss_type dapo, bias-corrected KL; one process
 
-__all__ = ["HGPO_VERL_AGENT", "Options", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "VERL", "VERL_DR_GRPO",
-           "VERL_GSPO_LOSS", "VERL_LOSS", "VPR", "trl", "trl_loss"]
+__all__ = ["HGPO_VERL_AGENT", "Options", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "TUNIX",
+           "TUNIX_ORCHESTRATOR", "VERL", "VERL_DR_GRPO", "VERL_GSPO_LOSS", "VERL_LOSS", "VPR", "trl",
+           "trl_loss"]

@@ -60,6 +60,7 @@ import numpy as np
 import torch  # the real torch: imports are absolute, this module's own name does not shadow it
 
 import credax
+from credax import _api
 
 # Arguments that credax groups by (turned into a ``Groups`` once here) and integer keys compared
 # only for equality (densified, never hashed by value).
@@ -238,7 +239,14 @@ def _bridge(fn, *, group_as_ids: bool = False):
     signature = inspect.signature(fn)
     name = fn.__name__
 
+    hints = getattr(fn, "_hints", {})  # a public entry's hints for removed keywords
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        hints = {}  # every keyword is known
+
     def wrapper(*args, **kwargs):
+        unknown = kwargs.keys() - signature.parameters.keys()
+        if unknown and hints:  # the entry's error, hint included (where the keyword went)
+            raise _api.unexpected_keyword(f"credax.torch.{name}", sorted(unknown)[0], hints)
         bound = signature.bind(*args, **kwargs)
         flat = {}  # argument name -> value, ``**kwargs`` spread out
         for arg, value in bound.arguments.items():
@@ -275,7 +283,8 @@ JAX_ONLY = frozenset({
 })
 # Host-side already, no arrays in: parse_roles (labels in, an int32 NumPy array out, which
 # torch.from_numpy takes without a copy) and the rollout file tools.
-HOST_SIDE = frozenset({"parse_roles", "pad_rollouts", "read_rollouts", "write_rollouts"})
+HOST_SIDE = frozenset({"parse_roles", "pad_rollouts", "read_rollouts", "rollouts_from_tunix",
+                       "write_rollouts"})
 _GROUP_AS_IDS = frozenset({"validate_turns"})
 
 # Every other public function of credax, bridged: a function added to credax is available here

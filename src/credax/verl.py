@@ -82,9 +82,9 @@ from verl.trainer.ppo import core_algos
 
 import credax
 import credax.torch as ct
+from credax import _registry
+from credax._batch import TurnBatch
 from credax._group_ids import exact_id
-from credax.testing import calls
-from credax.testing.batch import TurnBatch
 
 __all__ = ["ESTIMATORS", "VerlTurns", "compute_advantage", "from_verl", "make_estimator",
            "register", "turn_batch", "turns_from_response_mask", "uid_to_group_ids"]
@@ -114,8 +114,9 @@ def _dense_codes(values, where) -> np.ndarray:
 
 
 def uid_to_group_ids(index, device=None) -> torch.Tensor:
-    """verl's ``uid`` array (strings, or integers of any width, or tuples) → dense ``int32[B]``
-    group ids, exact by type and value (``1`` and ``1.0`` are two prompts; a NaN uid is refused).
+    """verl's ``uid`` array (strings, or integers of any width, or tuples; a NumPy array, a list or
+    a 1-D torch tensor) → dense ``int32[B]`` group ids, exact by type and value (``1`` and ``1.0``
+    are two prompts; a NaN uid is refused).
 
     Raises:
       TypeError: ``index`` is a string (not a sequence of uids), or a uid is unhashable.
@@ -124,6 +125,11 @@ def uid_to_group_ids(index, device=None) -> torch.Tensor:
     if isinstance(index, str | bytes):
         raise TypeError(f"`index` (verl's uid) must be a sequence of uids, one per row; got a "
                         f"string {index!r}.")
+    if isinstance(index, torch.Tensor):
+        # Iterating a tensor gives 0-d tensors, hashed by identity: every row its own prompt.
+        # Its values are the uids (meta tensors refused by name, as everywhere in the bridge).
+        ct.check_tensor(index, "index")
+        index = index.detach().cpu().numpy()
     if isinstance(index, np.ndarray):
         if index.ndim != 1:
             raise ValueError(f"`index` (verl's uid) must be 1-D, one uid per row; got shape "
@@ -316,19 +322,20 @@ def _config_get(config, key: str, default):
     return getter(key, default) if getter is not None else getattr(config, key, default)
 
 
-# verl method -> the call table's entry (credax.testing.calls) that computes it.
+# verl method -> the method registry's entry (credax._registry) that computes it.
 _ENTRY = {"grpo": "grpo_advantages", "dr_grpo": "grpo_advantages", "rloo": "rloo_advantages",
           "tcpo": "tcpo_advantages", "triage": "triage_advantages",
           "mt_grpo": "mt_grpo_advantages", "gigpo": "gigpo_advantages"}
 
 
 def turn_batch(v: VerlTurns) -> TurnBatch:
-    """The :class:`credax.testing.TurnBatch` of verl's fields (torch), the call table's input:
-    every row real (verl's estimators count a row without turns in its group too)."""
+    """The :class:`credax.testing.TurnBatch` of verl's fields (torch), the method registry's
+    input: every row real (verl's estimators count a row without turns in its group too); the turn
+    scores are also the per-turn rewards (MT-GRPO's turn rewards, GiGPO's step rewards)."""
     rows = torch.ones(v.outcome.shape[0], dtype=torch.bool, device=v.outcome.device)
     return TurnBatch(scores=v.turn_scores, turn_mask=v.turn_mask, group_ids=v.group_ids,
                      rewards=v.outcome, roles=v.roles, token_turn=v.token_turn, rows=rows,
-                     anchors=v.anchor_ids)
+                     anchors=v.anchor_ids, turn_rewards=v.turn_scores)
 
 
 def _advantages(method: str, options: dict, num_turns: int | None, token_level_rewards,
@@ -345,7 +352,7 @@ def _advantages(method: str, options: dict, num_turns: int | None, token_level_r
         options = {"normalization": preset, **options}
     elif method == "triage":  # the outcome advantage under the verl preset
         nested = {"normalization": credax.presets.VERL, **options.pop("outcome_options", {})}
-    call = calls.ESTIMATORS[_ENTRY[method]]
+    call = _registry.ESTIMATORS[_ENTRY[method]]
     out = call(turn_batch(v), ns=ct, nested=nested, **options)
     if call.level == "row":
         return torch.where(response_mask != 0, out[:, None], torch.zeros((), dtype=out.dtype))

@@ -713,7 +713,7 @@ class Entry:
         return self.fn(*args, **(self.kwargs if kwargs is None else kwargs))
 
 
-# Fields of the call table's batch that place an entry on the token batch ([Bt, T]) or on the
+# Fields of the registry's batch that place an entry on the token batch ([Bt, T]) or on the
 # LM-head batch ([LB, LT] tokens, V vocabulary, D hidden), rather than on the turn batch ([B, K]).
 _LM_FIELDS = frozenset({"logits", "tokens", "hidden", "unembedding"})
 _TOKEN_FIELDS = frozenset({"token_turn", "logp", "values"})
@@ -724,18 +724,18 @@ _SIZED_OPTIONS = {"token_logprobs_from_hidden": lambda z: {"chunk_size": max(1, 
 
 
 def _sweep_name(label: str) -> str:
-    """``"name:form"`` of the call table as the sweep names it: ``"name (form)"``."""
+    """``"name:form"`` of the registry as the sweep names it: ``"name (form)"``."""
     name, _, form = label.partition(":")
     return f"{name} ({form})" if form else name
 
 
 def entry_points(env: Env, cfg: Config) -> list[Entry]:
     """Every public entry point of credax, with inputs at the sweep size of ``cfg``: every call of
-    the call table (``credax.testing.calls``: each public array function and its variants) on
+    the method registry (``credax._registry``: each public array function and its forms) on
     two batches of the same shape, the table's numeric option changed for the recompilation
     check; then the layouts of ``groups`` and the host-side functions."""
-    from credax.testing import calls
-    from credax.testing.batch import TurnBatch
+    from credax import _registry as calls
+    from credax._batch import TurnBatch
 
     credax, put = env.credax, env.put
     z = cfg.sweep
@@ -749,7 +749,8 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         ids = make_ids(rng, b, g_size)
         return TurnBatch(scores=s, turn_mask=m, group_ids=ids, rewards=s[:, 0], roles=roles(b),
                          token_turn=np.full((b, 1), -1, np.int32),
-                         anchors=rng.integers(0, 8, size=(b, k)).astype(np.int32))
+                         anchors=rng.integers(0, 8, size=(b, k)).astype(np.int32),
+                         turn_rewards=s)  # the scores as per-turn rewards (the step methods)
 
     def token_batch():
         _, m = make_turns(rng, bt, k)

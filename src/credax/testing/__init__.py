@@ -90,7 +90,7 @@ from .batch import TurnBatch as TurnBatch
 from .batch import describe_batch as describe_batch
 
 # The checkers and strategies need hypothesis: imported on first use, so that the batch and the
-# call table (``credax.testing.calls``, which credax.explain and credax.verl read) import without it.
+# call table (``credax.testing.calls``, built on the core registry ``credax._registry``) import without it.
 _NEEDS_HYPOTHESIS = {
     "check_finite_gradients": "invariants",
     "check_group_isolation": "invariants",

@@ -430,14 +430,26 @@ def check_masked_zero(
          derandomize=derandomize, shrink=shrink)
 
 
+def _cotangent(shape) -> np.ndarray:
+    """Fixed, uneven weights in ``[0.5, 1.5)`` for the differentiated sum (one per output entry).
+
+    A plain sum is blind where it is constant: the outputs of a group-centred function sum to
+    exactly ``0`` in every group, so ``d sum / d x`` is ``0`` whatever the function does with
+    padding (a std that counts padded rows passed). With uneven weights the gradient is a generic
+    combination of the Jacobian's rows, zero at an input only when no output depends on it.
+    """
+    return np.random.default_rng(20261203).uniform(0.5, 1.5, tuple(shape)).astype(np.float32)
+
+
 def _grads(call, jb: TurnBatch):
-    """Gradients of the sum of the valid outputs with respect to scores and rewards."""
+    """Gradients of an unevenly weighted sum of the valid outputs (:func:`_cotangent`) with
+    respect to scores and rewards."""
 
     def total(scores, rewards):
         out = call(jb._replace(scores=scores, rewards=rewards))
         if not jnp.issubdtype(out.dtype, jnp.floating):
             raise TypeError(f"check_finite_gradients needs a floating output; got {out.dtype}.")
-        out = out.astype(jnp.float32)
+        out = out.astype(jnp.float32) * _cotangent(out.shape)
         valid = _out_mask(out.shape, jb)
         return jnp.sum(jnp.where(valid, out, jnp.zeros_like(out)))
 
@@ -462,12 +474,13 @@ def check_finite_gradients(
 ) -> None:
     """Check that gradients are finite everywhere and exactly ``0`` at masked entries.
 
-    Differentiates the sum of the valid outputs with respect to every float field of the batch
-    (``scores`` and ``rewards``) on batches with singletons, constant groups, NaN/inf padding and
-    appended padded rows. A NaN gradient from a zero-spread group (``where(std > 0,
-    x / std, 0)`` without the inner ``where``) or from NaN padding (``exp`` of a padded value)
-    poisons the whole parameter update; a non-zero gradient at a masked entry means padding
-    influences the result. Arguments as :func:`check_padding_invariance`.
+    Differentiates a weighted sum of the valid outputs (fixed uneven weights: a plain sum of
+    group-centred outputs is identically ``0`` and would hide a padding leak) with respect to
+    every float field of the batch (``scores`` and ``rewards``) on batches with singletons,
+    constant groups, NaN/inf padding and appended padded rows. A NaN gradient from a zero-spread
+    group (``where(std > 0, x / std, 0)`` without the inner ``where``) or from NaN padding (``exp``
+    of a padded value) poisons the whole parameter update; a non-zero gradient at a masked entry
+    means padding influences the result. Arguments as :func:`check_padding_invariance`.
 
     Raises:
       AssertionError: ``finite gradients violated: ...`` with the entries and the shrunk
@@ -499,7 +512,7 @@ def check_finite_gradients(
             grad = _as_f64(grad)
             nonfinite_at = ~np.isfinite(grad)
             if nonfinite_at.any():
-                _fail("finite gradients", f"d sum(valid outputs) / d {name} is not finite{shown}.",
+                _fail("finite gradients", f"d sum(w · valid outputs) / d {name} is not finite{shown}.",
                       _entries(nonfinite_at, None, grad, ("", "got"), name=f"grad_{name}",
                                ids=v.group_ids),
                       v, _fields(adapter))

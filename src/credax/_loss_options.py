@@ -1,0 +1,330 @@
+"""LossOptions: the options of the clipped policy loss, as one immutable value.
+
+:func:`credax.policy_loss`, :func:`credax.policy_loss_from_hidden` and
+``credax.nnx.policy_loss_fn`` take exactly one of these as ``options=`` (the loss presets of
+``credax.presets`` are instances); the per-token arrays of a batch (``ref_logp``, ``token_turn``,
+``rollout_logp``, ``entropy``) stay arguments of their own. The arithmetic that applies it is
+``_losses._policy_loss_body``. It is built like :class:`credax.Normalization`: static choices are
+the pytree's aux data (they change the program), numeric fields its leaves (they may be traced,
+so a schedule never recompiles), every concrete value checked when the value is built.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._api import concrete_float
+
+AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+RATIO_LEVELS = ("token", "sequence")
+ROLLOUT_IS_LEVELS = ("token", "sequence")
+# verl's clamp of the log-ratio before exp (core_algos ``compute_policy_loss_vanilla``, ``kl_penalty``).
+LOG_RATIO_CLAMP = 20.0
+
+# The fields, in order: numeric (pytree leaves, may be traced) then static (aux data).
+NUMERIC_KEYS = ("clip_low", "clip_high", "dual_clip", "ratio_cap", "normalizer", "kl_coef",
+                "kl_clamp", "rollout_is_threshold", "entropy_coef", "log_ratio_clamp")
+STATIC_KEYS = ("agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight")
+LOSS_OPTION_KEYS = NUMERIC_KEYS + STATIC_KEYS
+_OPTIONAL = frozenset({"dual_clip", "ratio_cap", "normalizer", "kl_clamp"})  # None: off
+_STATIC_CHOICES = {"agg": AGG_MODES, "kl_estimator": KL_ESTIMATORS, "ratio": RATIO_LEVELS,
+                   "rollout_is": ROLLOUT_IS_LEVELS}
+_F32_MAX = float(np.finfo(np.float32).max)
+
+# The TypeError of a removed loose keyword (`clip_low=...` on policy_loss) says where it went.
+MOVED_TO_LOSS_OPTIONS = {
+    key: (f"Policy-loss options are one value: `options=credax.LossOptions({key}=...)` (or a "
+          "preset such as credax.presets.VERL_LOSS, `preset.replace(...)` to change a field).")
+    for key in LOSS_OPTION_KEYS
+}
+NOT_A_MAPPING = ("argument after ** must be a mapping, not {kind}: a preset is one value, passed "
+                 "whole as `{keyword}=` (e.g. `{example}`); `.replace(field=...)` changes a field "
+                 "and `.asdict()` gives the fields.")
+
+
+def _f32_ok(v: float) -> bool:
+    """Whether a finite double stays finite in float32 (without x64 JAX computes in float32)."""
+    return jax.config.jax_enable_x64 or abs(v) <= _F32_MAX
+
+
+# One rule per numeric field: (ok, requirement). Each value is a double already known to be a
+# number; ±inf passes only where a rule allows it.
+_RULES = {
+    "clip_low": (lambda v: 0 < v < 1, "lie in (0, 1) (the ratio's lower bound is 1 - clip_low)"),
+    "clip_high": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
+    "dual_clip": (lambda v: v > 1, "be > 1 (it caps the ratio of negative-advantage tokens; "
+                  "`dual_clip=None` disables it)"),
+    "ratio_cap": (lambda v: v > 1 and math.isfinite(v),
+                  "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)"),
+    "normalizer": (lambda v: v > 0 and math.isfinite(v),
+                   "be a positive, finite token or sequence count"),
+    "kl_coef": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
+    "kl_clamp": (lambda v: v > 0, "be > 0 (or None)"),
+    "rollout_is_threshold": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
+    "entropy_coef": (math.isfinite, "be finite"),
+}
+
+
+def _number(value, name: str) -> float | None:
+    """``value`` checked as a numeric option: its concrete value as a double, ``None`` when it is
+    traced (checked by no one). Refuses ``None`` (a config null), bools, strings and arrays of
+    another shape or kind by name."""
+    if isinstance(value, jax.core.Tracer):
+        if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
+            raise TypeError(f"`{name}` must be a real number; got a traced {value.dtype} array.")
+        if value.ndim != 0:
+            raise ValueError(f"`{name}` must be a scalar; got a traced array of shape {value.shape}.")
+        return None
+    if value is None:
+        raise TypeError(f"`{name}` must be a number; got None (a config null?). Leave the field "
+                        "out for its default.")
+    kind = getattr(value, "dtype", None)
+    if isinstance(value, bool | np.bool_) or (kind is not None and kind == np.bool_):
+        raise TypeError(f"`{name}` must be a number, not a bool; got {value!r}.")
+    if type(value) not in (int, float) and not (
+            isinstance(value, np.ndarray | np.generic | jax.Array)
+            and (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer))):
+        raise TypeError(f"`{name}` must be a real number (a Python float or a 0-d real array, "
+                        f"which may be traced); got {type(value).__name__} {value!r}.")
+    if np.ndim(value) != 0:
+        raise ValueError(f"`{name}` must be a scalar; got shape {np.shape(value)}.")
+    v = concrete_float(value)
+    if v is None:
+        if type(value) is int:  # beyond a double
+            raise ValueError(f"`{name}` must be finite in float32; got {value}.")
+        return None  # an uncommitted array: seen by no one
+    if math.isfinite(v) and not _f32_ok(v):
+        raise ValueError(f"`{name}` is {v:g}: finite as a double but beyond float32's range "
+                         f"(±{_F32_MAX:.4g}); without `jax_enable_x64` JAX computes in float32 "
+                         "and would make it inf.")
+    return v
+
+
+def _check_clamp(clamp) -> tuple | object:
+    """``log_ratio_clamp``: a bound ``c > 0`` or a pair ``(lo, hi)``, ``lo < 0 < hi`` (±inf
+    allowed); a list becomes a tuple (the same pytree)."""
+    if isinstance(clamp, tuple | list):
+        if len(clamp) != 2:
+            raise ValueError(f"`log_ratio_clamp` must be a bound c or a pair (lo, hi); got {clamp!r}.")
+        lo, hi = (_number(c, "log_ratio_clamp") for c in clamp)
+        if (lo is not None and not lo < 0) or (hi is not None and not hi > 0):
+            raise ValueError("`log_ratio_clamp` must be (lo, hi) with lo < 0 < hi (lo may be -inf, "
+                             f"hi inf); got {tuple(clamp)!r}.")
+        return tuple(clamp)
+    v = _number(clamp, "log_ratio_clamp")
+    if v is not None and not v > 0:
+        raise ValueError(f"`log_ratio_clamp` must be > 0; got {v}.")
+    return clamp
+
+
+def checked_fields(values: dict) -> dict:
+    """The fields of a LossOptions, each checked (concrete values only; traced ones as they are):
+    static choices among their modes and ``kl_ratio_weight`` a bool, each number of the right kind,
+    in its range and finite in float32, and the pairs that exclude each other."""
+    for key, modes in _STATIC_CHOICES.items():
+        value = values[key]
+        if not isinstance(value, str) or value not in modes:
+            raise ValueError(f"`{key}` must be one of {list(modes)}; got {value!r}.")
+    if not isinstance(values["kl_ratio_weight"], bool):
+        raise TypeError("`kl_ratio_weight` must be a Python bool (it changes the program); got "
+                        f"{values['kl_ratio_weight']!r}.")
+    out = dict(values)
+    for key, (ok, requirement) in _RULES.items():
+        value = values[key]
+        if value is None and key in _OPTIONAL:
+            continue
+        v = _number(value, key)
+        if v is not None and not ok(v):
+            raise ValueError(f"`{key}` must {requirement}; got {v}.")
+        if v is not None and not jax.config.jax_enable_x64 and not ok(float(np.float32(v))):
+            # e.g. clip_high=1e-50 is 0 in float32, clip_low=1 - 1e-9 is 1: the rule fails there.
+            raise ValueError(f"`{key}` must {requirement} in float32 (JAX computes in float32 "
+                             f"without `jax_enable_x64`); got {v!r}, {float(np.float32(v))!r} in "
+                             "float32.")
+    out["log_ratio_clamp"] = _check_clamp(values["log_ratio_clamp"])
+    if values["ratio_cap"] is not None and values["dual_clip"] is not None:
+        raise ValueError("`ratio_cap` (TRL's delta) and `dual_clip` (verl's dual clip) both bound "
+                         "the loss of negative-advantage tokens; pass one of them.")
+    agg, normalizer = values["agg"], values["normalizer"]
+    if agg == "seq-mean-token-sum-norm" and normalizer is None:
+        raise ValueError(
+            "`agg='seq-mean-token-sum-norm'` (Dr. GRPO) needs `normalizer`: the constant the "
+            "token sums are divided by, e.g. number of sequences × max response length. It has "
+            "no default on purpose: a padded width that changes with the batch is not a constant.")
+    if agg == "token-sum" and normalizer is not None:
+        raise ValueError("`agg='token-sum'` has no denominator; do not pass `normalizer`.")
+    return out
+
+
+@jax.tree_util.register_pytree_node_class
+class LossOptions:
+    """The options of the clipped policy loss: one immutable value (presets are instances).
+
+    Taken as ``options=`` by :func:`credax.policy_loss`, :func:`credax.policy_loss_from_hidden`
+    and ``credax.nnx.policy_loss_fn``; the fields and their meaning are those documented in
+    :func:`credax.policy_loss`. It is a pytree: the numeric fields are its leaves (each may be
+    traced, so a schedule of ``clip_low`` or ``kl_coef`` does not recompile; ``None`` fields have
+    no leaf), the static choices (``agg``, ``kl_estimator``, ``ratio``, ``rollout_is``,
+    ``kl_ratio_weight``) its aux data. It is not a mapping: ``policy_loss(..., **preset)`` is a
+    ``TypeError`` that says to write ``options=preset``.
+
+    Attributes:
+      clip_low, clip_high: ratio bounds ``1 - clip_low`` and ``1 + clip_high``.
+      dual_clip: ``None`` or ``c > 1``; ratio_cap: ``None`` or ``δ > 1`` (TRL's ``delta``).
+      normalizer: ``None`` or the global denominator of :func:`credax.aggregate`.
+      kl_coef, kl_clamp: weight of the KL term (``>= 0``) and the optional bound of its value.
+      rollout_is_threshold: truncation of the rollout-correction weights (``> 0``).
+      entropy_coef: weight of the entropy bonus.
+      log_ratio_clamp: ``c > 0`` or ``(lo, hi)`` with ``lo < 0 < hi``.
+      agg, kl_estimator, ratio, rollout_is: the static modes; kl_ratio_weight: a static bool.
+
+    Raises:
+      ValueError: an unknown mode; a concrete number out of its range, NaN, or finite as a double
+        but beyond float32 (without x64); ``ratio_cap`` with ``dual_clip``; ``agg`` and
+        ``normalizer`` that do not go together.
+      TypeError: a number given as ``None`` (where ``None`` does not switch it off), a bool or a
+        string; ``kl_ratio_weight`` not a Python bool (``"false"`` included).
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> opts = credax.LossOptions(clip_high=0.28, dual_clip=3.0)
+      >>> opts.clip_low, opts.clip_high, opts.agg
+      (0.2, 0.28, 'token-mean')
+      >>> credax.presets.VERL_LOSS.replace(clip_high=0.28).clip_high
+      0.28
+      >>> lp = jnp.log(jnp.array([[1.5, 0.5]]))
+      >>> out = credax.policy_loss(lp, jnp.zeros((1, 2)), jnp.array([1.0]), jnp.ones((1, 2), bool),
+      ...                          options=opts)
+      >>> round(float(out.loss), 4)   # (-1.28 - 0.5) / 2: the high clip binds at 1.28
+      -0.89
+    """
+
+    __slots__ = (*LOSS_OPTION_KEYS, "_checked")
+
+    def __init__(
+        self,
+        *,
+        clip_low: float | Float[Array, ""] = 0.2,
+        clip_high: float | Float[Array, ""] = 0.2,
+        dual_clip: float | Float[Array, ""] | None = None,
+        ratio_cap: float | Float[Array, ""] | None = None,
+        normalizer: float | Float[Array, ""] | None = None,
+        kl_coef: float | Float[Array, ""] = 0.0,
+        kl_clamp: float | Float[Array, ""] | None = None,
+        rollout_is_threshold: float | Float[Array, ""] = 2.0,
+        entropy_coef: float | Float[Array, ""] = 0.0,
+        log_ratio_clamp: float | tuple[float, float] | Float[Array, ""] = LOG_RATIO_CLAMP,
+        agg: str = "token-mean",
+        kl_estimator: str = "k3",
+        ratio: str = "token",
+        rollout_is: str = "token",
+        kl_ratio_weight: bool = False,
+    ):
+        values = checked_fields(dict(
+            clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, ratio_cap=ratio_cap,
+            normalizer=normalizer, kl_coef=kl_coef, kl_clamp=kl_clamp,
+            rollout_is_threshold=rollout_is_threshold, entropy_coef=entropy_coef,
+            log_ratio_clamp=log_ratio_clamp, agg=agg, kl_estimator=kl_estimator, ratio=ratio,
+            rollout_is=rollout_is, kl_ratio_weight=kl_ratio_weight))
+        _set(self, values, checked=True)
+
+    def __reduce__(self):
+        # copy, deepcopy and pickle rebuild through the checks.
+        return (_rebuild, (self.asdict(),))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"LossOptions is immutable; use `.replace({name}=...)`.")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"LossOptions is immutable; `{name}` cannot be deleted.")
+
+    def replace(self, **changes) -> LossOptions:
+        """A copy with some fields changed (checked as in the constructor)."""
+        unknown = set(changes) - set(LOSS_OPTION_KEYS)
+        if unknown:
+            raise TypeError(f"LossOptions has no field(s) {sorted(unknown)}; fields: "
+                            f"{list(LOSS_OPTION_KEYS)}.")
+        return LossOptions(**{**self.asdict(), **changes})
+
+    def asdict(self) -> dict:
+        """The fields as a new dict (``LossOptions(**o.asdict())`` rebuilds ``o``)."""
+        return {k: getattr(self, k) for k in LOSS_OPTION_KEYS}
+
+    def keys(self):
+        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
+        raise TypeError(NOT_A_MAPPING.format(kind="LossOptions", keyword="options",
+                                             example="options=credax.presets.VERL_LOSS"))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, LossOptions):
+            return NotImplemented
+        return self.asdict() == other.asdict()
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in LOSS_OPTION_KEYS)
+        return f"LossOptions({fields})"
+
+    def tree_flatten(self):
+        return tuple(getattr(self, k) for k in NUMERIC_KEYS), tuple(
+            getattr(self, k) for k in STATIC_KEYS)
+
+    @classmethod
+    def tree_unflatten(cls, static, children):
+        # No check here: under a transformation the leaves may be tracers or sentinels. A rebuilt
+        # value is checked where it is used (as_loss_options).
+        out = object.__new__(cls)
+        _set(out, dict(zip(NUMERIC_KEYS + STATIC_KEYS, (*children, *static), strict=True)),
+             checked=False)
+        return out
+
+
+def _set(options: LossOptions, values: dict, *, checked: bool) -> None:
+    for key in LOSS_OPTION_KEYS:
+        object.__setattr__(options, key, values[key])
+    object.__setattr__(options, "_checked", checked)
+
+
+def _rebuild(values: dict) -> LossOptions:
+    return LossOptions(**values)
+
+
+DEFAULT = LossOptions()
+
+
+def as_loss_options(value, name: str = "options") -> LossOptions:
+    """``value`` checked as the ``options=`` argument of the policy loss, on the host before
+    tracing: a :class:`LossOptions` (checked unless its constructor built it), or ``None`` (the
+    defaults).
+
+    Raises:
+      TypeError: anything else, naming ``name`` (a dict of fields, a ``Normalization``).
+    """
+    if value is None:
+        return DEFAULT
+    if isinstance(value, LossOptions):
+        if not value._checked:  # rebuilt by tree_unflatten (tree_map, a transformation's output)
+            checked_fields(value.asdict())
+        return value
+    if type(value).__name__ == "Normalization":
+        hint = (" (a Normalization is the `normalization=` value of the estimators; the loss "
+                "takes a credax.LossOptions)")
+    elif hasattr(value, "items"):
+        hint = " (a mapping is not accepted: build `credax.LossOptions(**fields)`)"
+    else:
+        hint = ""
+    raise TypeError(f"`{name}` must be a credax.LossOptions (e.g. credax.presets.VERL_LOSS) or "
+                    f"None; got {type(value).__name__}{hint}.")

@@ -1,0 +1,260 @@
+"""The method registry (credax._registry): production reads it, the tests' call table builds on it.
+
+* No module of the package outside ``credax.testing`` (and nothing under ``benchmarks/``) imports
+  ``credax.testing``: an AST scan of every source file, with relative imports resolved.
+* The tests' table (``credax.testing.calls``) is the registry plus test metadata, entry for entry.
+* Each registry entry reads only the optional fields it declares (``Call.needs``): it runs on a
+  batch where every other optional field is ``None``, and names a declared one that is missing.
+* Every public estimator reaches the integrations declared for it (``INTEGRATIONS``; the steps
+  are in docs/layout.md, "Adding an estimator").
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import importlib.util
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import credax
+from credax import _registry
+from credax.testing import calls
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "credax"
+
+
+def _module_name(path: Path) -> str:
+    """``credax.x.y`` of a file under src/, ``benchmarks.x`` of one under benchmarks/."""
+    base = ROOT / "src" if PACKAGE in path.parents else ROOT
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> set[str]:
+    """Every module an import statement of ``source`` names (relative ones resolved against
+    ``module``), and ``package.name`` for ``from package import name``."""
+    out: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[:len(parts) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.add(target)
+            out.update(f"{target}.{alias.name}" for alias in node.names)
+    return out
+
+
+def imports_testing(source: str, module: str, is_package: bool = False) -> bool:
+    return any(m == "credax.testing" or m.startswith("credax.testing.")
+               for m in imported_modules(source, module, is_package))
+
+
+@pytest.mark.parametrize("source, module, expected", [
+    ("from credax.testing import calls", "credax.verl", True),
+    ("import credax.testing.calls as c", "credax.bench.cases", True),
+    ("from credax import testing", "credax.explain", True),
+    ("from .testing.batch import TurnBatch", "credax.explain", True),
+    ("from ..testing import calls", "credax.bench.cases", True),
+    ("from . import testing", "credax.explain", True),
+    ("def f():\n    from credax.testing import TurnBatch\n", "benchmarks.lab.methods", True),
+    ("from credax._registry import CALLS", "benchmarks.lab.methods", False),
+    ("from ._batch import TurnBatch", "credax.explain", False),
+    ("import numpy.testing", "credax.explain", False),
+    ("from . import _testing_helpers", "credax.explain", False),
+])
+def test_the_scan_sees_every_spelling_of_the_import(source, module, expected):
+    assert imports_testing(source, module) is expected
+
+
+def test_no_production_module_imports_credax_testing():
+    files = [p for p in PACKAGE.rglob("*.py") if PACKAGE / "testing" not in p.parents]
+    files += list((ROOT / "benchmarks").rglob("*.py"))
+    assert len(files) > 40  # the scan found the package and the benchmarks
+    offenders = [str(p.relative_to(ROOT)) for p in files
+                 if imports_testing(p.read_text(), _module_name(p), p.name == "__init__.py")]
+    assert offenders == [], (
+        f"{offenders} import credax.testing: production code reads the method registry "
+        "(credax._registry) and the turn batch (credax._batch) instead.")
+
+
+def test_the_tests_table_is_the_registry_plus_metadata():
+    assert list(calls.ESTIMATORS) == list(_registry.ESTIMATORS)
+    assert list(calls.TOOLS) == list(_registry.TOOLS)
+    assert list(calls.VARIANTS) == list(_registry.FORMS)
+    core = [f.name for f in dataclasses.fields(_registry.Call)]
+    for label, entry in _registry.ALL.items():
+        test_entry = calls.ALL[label]
+        assert isinstance(test_entry, _registry.Call)
+        assert all(getattr(test_entry, f) is getattr(entry, f) for f in core), label
+    assert set(calls.META) <= set(_registry.ALL)
+    assert calls.EXPLAINED.keys() == _registry.EXPLAINED.keys()
+
+
+BATCH = calls.example_batch(6, 4, 8, seed=3)
+
+
+@pytest.mark.parametrize("label", list(_registry.ALL))
+def test_an_entry_reads_only_the_optional_fields_it_declares(label):
+    entry = _registry.ALL[label]
+    # Every optional field the entry does not declare is None (tcpo reads the alternatives only
+    # where they are set); the call must still run.
+    keep = set(entry.needs) | ({"alt_scores", "alt_mask"} if label == "tcpo_advantages" else set())
+    batch = BATCH._replace(**{f: None for f in _registry.OPTIONAL if f not in keep})
+    entry(batch)
+    for field in entry.needs:
+        if field == "token_turn":
+            continue
+        with pytest.raises(ValueError, match=rf"{entry.name} needs TurnBatch\.{field}, which is None"):
+            entry(batch._replace(**{field: None}))
+
+
+def test_the_registry_has_no_stand_ins():
+    # A bridge's numbers never depend on a default the tests chose: GiGPO's step rewards are the
+    # batch's turn_rewards, and the registry refuses a batch without them (the tests' table
+    # stands the scores in).
+    b = BATCH._replace(turn_rewards=None)
+    with pytest.raises(ValueError, match=r"gigpo_advantages needs TurnBatch\.turn_rewards"):
+        _registry.CALLS["gigpo_advantages"](b)
+    np.testing.assert_array_equal(
+        calls.CALLS["gigpo_advantages"](b),
+        credax.gigpo_advantages(b.rewards, b.scores, b.anchors, b.turn_mask, b.group_ids))
+
+
+# --------------------------------------------------------------------------------------------
+# Adding an estimator (docs/layout.md): every public estimator reaches every integration it
+# should. The declaration, in one place: beyond the integrations every estimator reaches (the
+# registry, the bench sweep, credax.torch, its API page), the names it has in credax.explain,
+# credax.verl, credax.tunix and the lab's method list. An estimator absent from this table fails.
+# --------------------------------------------------------------------------------------------
+
+INTEGRATIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "group_normalize": {},
+    "grpo_advantages": dict(explain=("grpo",), verl=("grpo", "dr_grpo"),
+                            tunix=("credax_grpo", "credax_drgrpo"), lab=("grpo", "dr_grpo")),
+    "rloo_advantages": dict(explain=("rloo",), verl=("rloo",), tunix=("credax_rloo",),
+                            lab=("rloo",)),
+    "gdpo_advantages": {},
+    "shrinkage_advantages": dict(tunix=("credax_shrinkage", "credax_shrinkage_loo"),
+                                 lab=("shrink", "shrink_rloo")),
+    "gpg_advantages": dict(explain=("gpg",), lab=("gpg",)),
+    "reinforce_pp_advantages": dict(lab=("reinforce_pp",)),
+    "reinforce_pp_baseline_advantages": dict(lab=("reinforce_pp_baseline",)),
+    "tcpo_advantages": dict(explain=("tcpo",), verl=("tcpo",),
+                            lab=("tcpo_retro", "tcpo_hindsight", "tcpo_full")),
+    "retrospective_credit": {},
+    "hindsight_credit": {},
+    "counterfactual_credit": {},
+    "raw_score_credit": {},
+    "adjacent_delta_credit": {},
+    "role_credit": {},
+    "triage_advantages": dict(explain=("triage",), verl=("triage",), lab=("triage",)),
+    "scalar_process_advantages": dict(lab=("scalar_prm",)),
+    "mt_grpo_advantages": dict(explain=("mt_grpo",), verl=("mt_grpo",), lab=("mt_grpo",)),
+    "gigpo_advantages": dict(explain=("gigpo",), verl=("gigpo",), lab=("gigpo",)),
+    "hgpo_advantages": dict(explain=("hgpo",), lab=("hgpo",)),
+    "g2po_advantages": dict(explain=("g2po",), lab=("g2po",)),
+    "pgpo_advantages": dict(explain=("pgpo",)),
+    "redistribute_advantages": dict(explain=("redistribute",)),
+    "vetta_advantages": {},
+    "unbiased_turn_advantages": dict(explain=("unbiased_turn",), lab=("turn_baseline",)),
+    "gae_advantages": dict(lab=("value",)),
+    "turn_gae_advantages": {},
+}
+BRIDGES = ("explain", "verl", "tunix", "lab")
+
+
+def public_estimators() -> set[str]:
+    return {n for n in credax.__all__ if inspect.isroutine(getattr(credax, n))
+            and calls.is_estimator(n)}
+
+
+def test_every_public_estimator_is_declared():
+    assert set(INTEGRATIONS) == public_estimators(), (
+        "declare the integrations of a new estimator in INTEGRATIONS (docs/layout.md, "
+        "'Adding an estimator')")
+    assert all(set(reach) <= set(BRIDGES) for reach in INTEGRATIONS.values())
+
+
+@functools.cache
+def _api_pages() -> dict[str, str]:
+    pytest.importorskip("mkdocs")  # the hook builds mkdocs File objects
+    spec = importlib.util.spec_from_file_location("api_pages", ROOT / "docs/hooks/api_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.api_pages()
+
+
+def _uses(fn, name: str) -> bool:
+    """Whether ``fn``'s source calls estimator ``name``: ``name(...)`` or the registry's
+    ``CALLS["name"]`` (a docstring's mention is not a call)."""
+    source = inspect.getsource(fn)
+    return f"{name}(" in source or f'CALLS["{name}"]' in source
+
+
+@pytest.mark.parametrize("name", sorted(INTEGRATIONS))
+def test_every_public_estimator_reaches_its_integrations(name):
+    from credax.bench import cases
+
+    reach = INTEGRATIONS[name]
+    # The registry, and through it the bench sweep (which times every registry entry).
+    assert name in _registry.ESTIMATORS, f"{name}: no entry in credax._registry.ESTIMATORS"
+    assert name not in cases.NOT_TIMED, f"{name}: left out of the bench sweep"
+    # Its API page (generated from the re-export line of credax/__init__.py).
+    assert any(f"::: credax.{name}\n" in page for page in _api_pages().values()), name
+    # credax.explain: the declared short names are the registry's, and the explain methods.
+    import credax.explain as cx
+
+    explained = {short for short, c in _registry.EXPLAINED.items() if c.name == name}
+    assert explained == set(reach.get("explain", ())), (name, explained)
+    assert explained <= set(cx.METHODS)
+
+
+def test_the_torch_bridge_has_every_estimator():
+    ctorch = pytest.importorskip("credax.torch")
+    missing = [n for n in INTEGRATIONS if not callable(getattr(ctorch, n, None))]
+    assert missing == []
+
+
+def test_the_verl_bridge_reaches_its_declared_estimators():
+    pytest.importorskip("verl")
+    import credax.verl as cv
+
+    declared = {m: n for n, reach in INTEGRATIONS.items() for m in reach.get("verl", ())}
+    assert set(cv.METHODS) == set(declared)
+    for method, name in declared.items():
+        assert _registry.ESTIMATORS[cv._ENTRY[method]].name == name, method
+        assert f"credax_{method}" in cv.ESTIMATORS
+
+
+def test_the_tunix_bridge_reaches_its_declared_estimators():
+    pytest.importorskip("tunix")
+    import credax.tunix as ctx
+
+    declared = {m: n for n, reach in INTEGRATIONS.items() for m in reach.get("tunix", ())}
+    assert set(ctx.ESTIMATORS) == set(declared)
+    for key, name in declared.items():
+        assert _uses(ctx.ESTIMATORS[key], name), key
+
+
+def test_the_lab_reaches_its_declared_estimators():
+    from benchmarks.lab import methods
+
+    declared = {m: n for n, reach in INTEGRATIONS.items() for m in reach.get("lab", ())}
+    missing = sorted(set(declared) - set(methods.METHODS_BY_NAME))
+    assert missing == [], f"the lab's method list lacks {missing}"
+    for method, name in declared.items():
+        assert _uses(methods.METHODS_BY_NAME[method].credit, name), (method, name)
