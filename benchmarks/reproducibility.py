@@ -1,6 +1,6 @@
 """Which public functions are bitwise identical across device counts (issue #38, measured).
 
-Every call of the call table (``credax.testing.calls.ALL``) on one batch, its inputs sharded over
+Every call of the call table (``credax._registry.ALL``) on one batch, its inputs sharded over
 the batch axis of an auto-axis mesh of 1, 2, 4 and 8 forced CPU devices, compared with the
 unsharded single-device result: ``bitwise`` where every output bit is equal on every mesh, else
 the largest absolute difference. Run (it forces 8 host devices itself, so run it as a script)::
@@ -26,14 +26,14 @@ import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from credax.testing import calls  # noqa: E402
-from credax.testing.batch import TurnBatch  # noqa: E402
+from credax import _registry as calls  # noqa: E402 -- the core method registry
+from credax._batch import TurnBatch, example_batch  # noqa: E402
 
 REPLICATED = {"unembedding"}
 
 
 def main(replicate: bool = False, only: set[str] | None = None) -> None:
-    host = calls.example_batch(16, 4, 12, seed=0, num_groups=5)
+    host = example_batch(16, 4, 12, seed=0, num_groups=5)
     table = {label: c for label, c in calls.ALL.items() if only is None or label in only}
     single = {}
     for label, c in table.items():
