@@ -57,6 +57,12 @@ ISSUE_30 = {
     "reinforce_pp_advantages", "reinforce_pp_baseline_advantages", "gpg_advantages",  # verl's
     "g2po_advantages", "G2PO",  # the state-graph advantage of Nala-YN/G2PO
 }
+# Issue 38's primitives (docs/guides/redistribution.md), by hand.
+ISSUE_38 = {
+    "redistribute_advantages",  # the shared step of DRACO, VICT, IAPO, TASPO, FACTOR
+    "vetta_advantages", "VETTA",  # turn GAE + the within-response-centred token GAE residual
+    "pgpo_advantages", "PGPO",  # the anchor-group potential difference
+}
 
 
 # Issue 16's rollouts plumbing (documented in docs/guides/rollouts.md), listed by hand.
@@ -68,7 +74,7 @@ ROLLOUTS = {
 
 
 def test_public_names_match_spec():
-    assert set(credax.__all__) == SPEC_NAMES | ADDITIONS | ESTIMATORS | ROLLOUTS | ISSUE_30
+    assert set(credax.__all__) == SPEC_NAMES | ADDITIONS | ESTIMATORS | ROLLOUTS | ISSUE_30 | ISSUE_38
 
 
 def test_every_name_resolves():

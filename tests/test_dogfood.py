@@ -24,14 +24,14 @@ OUTCOME = calls.CALLS["grpo_advantages"].adapter
 # adapter is the entry's own (one object per entry, so the checkers on one function share its
 # compilations). Public array functions without checks, and why (the checkers need [B] or [B, K]
 # outputs of a batch): token-level ([B, T]: broadcast_to_tokens, token_logprobs*, turn_values,
-# turn_gae_advantages), scalars or fits (aggregate, policy_loss, value_loss, fit_role_constants,
-# optimal_mixing_weight, vapo_lambda, discount_weights), windows/labels (judge_windows, parse_roles,
-# the validators), a ranking whose ties break by row index (select_top_surprisal: not
-# permutation-equivariant on ties), alternatives [B, K, M] (counterfactual_credit), turn_surprisal
-# (token log-probs in, tested in test_turns.py), group_count (integer counts, no float input), and
-# the batch-statistic estimators reinforce_pp_advantages, reinforce_pp_baseline_advantages ([B, T],
-# whitened over the batch's tokens) and gpg_advantages (α counts the batch's nonzero rewards): not
-# group-isolated by design.
+# turn_gae_advantages, vetta_advantages), scalars or fits (aggregate, policy_loss, value_loss,
+# fit_role_constants, optimal_mixing_weight, vapo_lambda, discount_weights), windows/labels
+# (judge_windows, parse_roles, the validators), a ranking whose ties break by row index
+# (select_top_surprisal: not permutation-equivariant on ties), alternatives [B, K, M]
+# (counterfactual_credit), turn_surprisal (token log-probs in, tested in test_turns.py), group_count
+# (integer counts, no float input), and the batch-statistic estimators reinforce_pp_advantages,
+# reinforce_pp_baseline_advantages ([B, T], whitened over the batch's tokens) and gpg_advantages (α
+# counts the batch's nonzero rewards): not group-isolated by design.
 SPECS = [(label, c) for label, c in calls.ALL.items() if c.checks]
 
 CASES = [
@@ -46,7 +46,7 @@ def test_every_estimator_with_invariants_is_checked():
     unchecked = {name for name in calls.ESTIMATORS if name not in {c.name for _, c in SPECS}}
     assert unchecked == {"counterfactual_credit", "gpg_advantages",
                          "reinforce_pp_advantages", "reinforce_pp_baseline_advantages",
-                         "turn_gae_advantages"}
+                         "turn_gae_advantages", "vetta_advantages"}
 
 
 @pytest.mark.parametrize("label, check", CASES)

@@ -84,9 +84,9 @@ def verl_rollout_is_max_diff(cases=200, seed=1):
         pg = peer.verl_vanilla_pg_losses(z(logp), z(old), z(adv), 0.2, 0.2) * w
         want = (pg * mask).sum() / mask.sum()
         worst = max(worst, abs(float(out.loss) - want))
-        if level == "token":  # verl's sequence-level fractions count sequences, not tokens
-            worst = max(worst, abs(float(out.metrics.rollout_is_frac_high) - metrics["frac_high"]),
-                        abs(float(out.metrics.rollout_is_frac_low) - metrics["frac_low"]))
+        # sequence level: verl's fractions count rows (every row), not tokens
+        worst = max(worst, abs(float(out.metrics.rollout_is_frac_high) - metrics["frac_high"]),
+                    abs(float(out.metrics.rollout_is_frac_low) - metrics["frac_low"]))
         worst = max(worst, abs(float(out.metrics.rollout_is_mean) - metrics["mean"]))
     return worst
 
@@ -95,18 +95,31 @@ def test_parity_with_verl_rollout_is():
     assert verl_rollout_is_max_diff(cases=40) < 1e-5
 
 
-def test_sequence_fractions_count_sequences_hand_worked():
+def test_sequence_fractions_count_every_row_hand_worked():
     # Rows' log-ratio sums: log 3 (2 tokens), log 3 (1 token), 0 (3 tokens), and an empty row.
-    # Threshold 2: two of the three sequences are above (log 3 > log 2): frac_high = 2/3, as verl
-    # counts at sequence level; the token count would give 3/6 (credax before issue #30).
+    # Threshold 2: two of the four rows are above (log 3 > log 2): frac_high = 2/4, as verl's
+    # compute_is_metrics counts at sequence level (a plain mean over every row, the empty row's sum
+    # 0 included); over non-empty rows it was 2/3 (credax before issue #38), over tokens 3/6
+    # (before issue #30).
     old = np.zeros((4, 3), np.float32)
     roll = np.array([[-np.log(3.0), 0, 0], [-np.log(3.0), 0, 0], [0, 0, 0], [0, 0, 0]], np.float32)
     mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], bool)
     adv = np.ones((4, 3), np.float32)
     out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll,
                              options=credax.LossOptions(rollout_is="sequence"))
-    np.testing.assert_allclose(out.metrics.rollout_is_frac_high, 2 / 3, rtol=1e-6)
+    np.testing.assert_allclose(out.metrics.rollout_is_frac_high, 2 / 4, rtol=1e-6)
     np.testing.assert_allclose(out.metrics.rollout_is_frac_low, 0.0)
+    # A threshold below 1 (bounds 0.5 and 2 swap roles): log 0.5 < 0, so the empty row's sum 0 is
+    # above it, as in verl: rows 0, 1, 2, 3 are all above -> 1; below log 2: rows 2, 3 -> 2/4.
+    low = credax.policy_loss(old, old, adv, mask, rollout_logp=roll, options=credax.LossOptions(
+        rollout_is="sequence", rollout_is_threshold=0.5))
+    np.testing.assert_allclose(low.metrics.rollout_is_frac_high, 1.0, rtol=1e-6)
+    np.testing.assert_allclose(low.metrics.rollout_is_frac_low, 2 / 4, rtol=1e-6)
+    # An empty mask: 0 (verl raises).
+    empty = credax.policy_loss(old, old, adv, np.zeros_like(mask), rollout_logp=roll,
+                               options=credax.LossOptions(rollout_is="sequence",
+                                                          rollout_is_threshold=0.5))
+    assert float(empty.metrics.rollout_is_frac_high) == 0.0
     # Token level keeps counting tokens: 2 of the 6 valid tokens are above 2.
     out = credax.policy_loss(old, old, adv, mask, rollout_logp=roll,
                              options=credax.LossOptions(rollout_is="token"))
@@ -120,7 +133,8 @@ def test_metrics_match_verls_own_function():
 
     for case in range(12):
         logp, old, roll, adv, mask = batch(100 + case, shape=(5, 6))
-        mask[:, 0] = True  # verl divides its sequence fractions by every row: keep none empty
+        mask[case % 5] = False  # an empty row: verl divides its sequence fractions by every row
+        mask[(case + 1) % 5, 0] = True  # verl raises on an empty mask
         level, threshold = ["token", "sequence"][case % 2], [2.0, 1.5][case % 3 % 2]
         z = lambda x, m=mask: np.where(m, x, 0.0).astype(np.float32)  # noqa: E731
         _, metrics = compute_rollout_correction_weights(

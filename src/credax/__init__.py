@@ -16,9 +16,13 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_reinforce`` REINFORCE++, REINFORCE++-baseline and GPG (verl's batch-whitened estimators)
 * ``_g2po``     G2PO: the per-prompt state graph's edge advantages
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
+* ``_pgpo``     PGPO: anchor-group potentials, credited as their difference
+* ``_redistribute`` a trajectory advantage redistributed over turns by per-turn weights
+  (DRACO, VICT, IAPO, TASPO, FACTOR)
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
 * ``_diagnostics`` dead groups vs p^G + (1-p)^G, anchor hit ratio, credit by turn and role
 * ``_gae``      value-based credit: token- and turn-level GAE, VAPO's λ, the clipped value loss
+* ``_vetta``    VETTA: turn GAE plus the within-response-centred token GAE residual
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_loss_options`` ``LossOptions``, the one options value of the policy loss (``options=``)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
@@ -76,10 +80,13 @@ from ._outcome import degenerate_groups as degenerate_groups
 from ._outcome import gdpo_advantages as gdpo_advantages
 from ._outcome import grpo_advantages as grpo_advantages
 from ._outcome import rloo_advantages as rloo_advantages
+from ._pgpo import PGPO as PGPO
+from ._pgpo import pgpo_advantages as pgpo_advantages
 from ._readers import RolloutFormatError as RolloutFormatError
 from ._readers import read_rollouts as read_rollouts
 from ._readers import rollouts_from_tunix as rollouts_from_tunix
 from ._readers import write_rollouts as write_rollouts
+from ._redistribute import redistribute_advantages as redistribute_advantages
 from ._reinforce import gpg_advantages as gpg_advantages
 from ._reinforce import reinforce_pp_advantages as reinforce_pp_advantages
 from ._reinforce import reinforce_pp_baseline_advantages as reinforce_pp_baseline_advantages
@@ -128,6 +135,8 @@ from ._turns import turn_surprisal as turn_surprisal
 from ._validate import validate_alternatives as validate_alternatives
 from ._validate import validate_rewards as validate_rewards
 from ._validate import validate_turns as validate_turns
+from ._vetta import VETTA as VETTA
+from ._vetta import vetta_advantages as vetta_advantages
 
 __version__ = "0.1.0"
 

@@ -148,3 +148,45 @@ def describe_batch(batch: TurnBatch, *, fields: Sequence[str] | None = None) -> 
             cols[name][i].ljust(widths[name]) for name in cols)
         lines.append(line.rstrip())
     return "\n".join(lines)
+
+
+def example_batch(batch: int = 6, turns: int = 4, tokens: int = 8, *, seed: int = 0,
+                  num_groups: int | None = None, alternatives: int = 3, vocab: int = 7,
+                  hidden: int = 5) -> TurnBatch:
+    """A random :class:`TurnBatch` with every field set (NumPy), for calls of every entry.
+
+    Rows have 1 to ``turns`` real turns; tokens run over a row's turns in order, every third
+    token off the turns (``-1``, an observation token); ``num_groups`` prompt ids (default
+    ``batch // 3``); alternatives, log-probs, values, logits, tokens and hidden states random.
+
+    Examples:
+      >>> b = example_batch(6, 4, 8)
+      >>> b.scores.shape, b.alt_scores.shape, b.logits.shape, b.unembedding.shape
+      ((6, 4), (6, 4, 3), (6, 8, 7), (5, 7))
+    """
+    rng = np.random.default_rng(seed)
+    B, K, T = batch, turns, tokens
+    n_turns = rng.integers(1, K + 1, B)
+    turn_mask = np.arange(K)[None] < n_turns[:, None]
+    position = np.arange(T)[None] * n_turns[:, None] // T  # tokens spread over the row's turns
+    token_turn = np.where(np.arange(T)[None] % 3 == 2, -1, position).astype(np.int32)
+    groups = max(1, B // 3) if num_groups is None else num_groups
+    f32 = np.float32
+    return TurnBatch(
+        scores=rng.random((B, K)).astype(f32),
+        turn_mask=turn_mask,
+        group_ids=rng.integers(0, groups, B).astype(np.int32),
+        rewards=rng.random(B).astype(f32),
+        roles=rng.integers(-1, 4, (B, K)).astype(np.int32),
+        token_turn=token_turn,
+        anchors=rng.integers(0, 3, (B, K)).astype(np.int32),
+        turn_rewards=rng.random((B, K)).astype(f32),
+        alt_scores=rng.random((B, K, alternatives)).astype(f32),
+        alt_mask=rng.random((B, K, alternatives)) < 0.8,
+        logp=-rng.random((B, T)).astype(f32),
+        values=rng.normal(size=(B, T)).astype(f32),
+        logits=rng.normal(size=(B, T, vocab)).astype(f32),
+        tokens=rng.integers(0, vocab, (B, T)).astype(np.int32),
+        hidden=rng.normal(size=(B, T, hidden)).astype(f32),
+        unembedding=(rng.normal(size=(hidden, vocab)) / np.sqrt(hidden)).astype(f32),
+    )

@@ -259,3 +259,74 @@ def prepare(x, g: Groups, mask, name: str = "x"):
     out_dtype = _checks.output_dtype(x.dtype)
     xc = x.astype(_checks.compute_dtype(x.dtype))
     return xc, mask, out_dtype
+
+
+class AtMean(NamedTuple):
+    """Where a member equals its set's mean exactly (:func:`exact_at_mean`)."""
+
+    at_mean: jax.Array  # bool[B, ...]: valid, finite, and equal to the exact mean of its set
+    decided: jax.Array  # bool[B, ...]: the set's values lie on the exact grid (see exact_at_mean)
+    count: jax.Array  # int[B, ...]: the set's valid finite members
+
+
+def _limb_plan(num_rows: int, dtype) -> tuple[jnp.dtype, int, int]:
+    """The integer dtype, bits per limb and number of limbs of :func:`exact_at_mean`.
+
+    A limb holds ``bits`` bits of a value in set units (``|v| < 4``). The sum of up to
+    ``num_rows`` limbs and ``n`` times one limb, and their difference, must fit the integer:
+    ``2 · num_rows · 4 · 2**bits < 2**(width - 1)``. The limbs together cover twice the
+    mantissa plus 8 bits, so every value within ``2**-(mantissa + 8)`` of the set's scale is
+    represented exactly (float32: values down to ``2**-32`` of the set's largest magnitude)."""
+    info = jnp.finfo(dtype)
+    ints = jnp.dtype(jnp.int64 if jnp.dtype(dtype).itemsize == 8 else jnp.int32)
+    width = 8 * ints.itemsize
+    bits = max(1, width - 5 - max(1, int(num_rows - 1).bit_length()))
+    cover = 2 * (int(info.nmant) + 1) + 8
+    return ints, bits, -(-cover // bits)
+
+
+def exact_at_mean(x: jax.Array, g: Groups, mask: jax.Array, inv_unit: jax.Array) -> AtMean:
+    """Whether each valid member of ``x[B, ...]`` equals the mean of its (group, trailing index)
+    set *exactly*: ``n · x_i == Σ_j x_j`` in real arithmetic on the values as given, decided with
+    integers, so no float residue (the mean of 0.7f, 0.85f, 1.0f misses 0.85f by 2e-8, which is
+    real; a rounded mean of values whose exact mean is a member can miss it, which is not).
+
+    Each value, in set units (``x · inv_unit``, exact: ``inv_unit`` is a power of two), is cut
+    into integer limbs of ``bits`` bits (``y = v · 2**bits``, limb ``trunc(y)``, remainder
+    ``y - trunc(y)``: every step is exact in floating point). The limbs are summed per set in
+    integers (exact), ``D_l = Σ_j m_{j,l} - n · m_{i,l}``, and ``Σ_l D_l 2**(-bits·(l+1)) == 0`` is
+    decided from the lowest limb up with exact carries. A set with a value that is not a whole
+    number of the last limb's unit (a nonzero remainder, or a value so small its set units
+    underflow) is not ``decided``: the caller falls back to its float value. Non-finite values and
+    the sets holding one are never at the mean and never decided.
+    """
+    ints, bits, limbs = _limb_plan(x.shape[0], x.dtype)
+    sg = jax.lax.stop_gradient
+    x = sg(x)
+    ok = mask & jnp.isfinite(x)
+    v = jnp.where(ok, x * inv_unit, jnp.zeros_like(x))
+    off = ok & (x != 0) & (v == 0)  # underflowed in set units
+    scale = jnp.asarray(2.0 ** bits, x.dtype)
+    cols = []
+    for _ in range(limbs):
+        y = v * scale
+        whole = jnp.trunc(y)
+        cols.append(whole.astype(ints))
+        v = y - whole
+    off = off | (ok & (v != 0))
+    cols += [ok.astype(ints), off.astype(ints), (mask & ~jnp.isfinite(x)).astype(ints)]
+    own = jnp.stack(cols, axis=-1)
+    sums = jax.ops.segment_sum(own, g.index, g.num_groups)[g.index]
+    count, off_count, bad_count = sums[..., limbs], sums[..., limbs + 1], sums[..., limbs + 2]
+    low = ints.type((1 << bits) - 1)
+    carry = jnp.zeros(x.shape, ints)
+    nonzero = jnp.zeros(x.shape, bool)
+    for limb in range(limbs - 1, -1, -1):
+        t = sums[..., limb] - count * own[..., limb] + carry
+        if limb:
+            nonzero = nonzero | ((t & low) != 0)
+            carry = jax.lax.shift_right_arithmetic(t, ints.type(bits))
+        else:
+            nonzero = nonzero | (t != 0)
+    decided = (off_count == 0) & (bad_count == 0)
+    return AtMean(ok & decided & ~nonzero, decided, count)

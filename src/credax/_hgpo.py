@@ -23,17 +23,12 @@ from jaxtyping import Array, Bool, Float, Int
 from . import _checks
 from ._api import FINITE, UNIT, check_values
 from ._group_ids import Groups, groups_from_keys
-from ._group_stats import check_x_and_groups, group_stats, prepare
+from ._group_stats import check_x_and_groups, exact_at_mean, group_stats, prepare
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
 from ._normalization import Normalization
 from ._turns import masked_discounted_returns, prepare_anchored_steps
 
 EPISODE_POOLING = ("trajectory", "step")
-# A step within AT_MEAN_ULPS · n · ε (the dtype's machine epsilon) of its level group's mean,
-# relative to the group's largest magnitude, is at the mean. The mean of n values carries a
-# rounding error of up to ~n·ε of that magnitude, and float32 inputs that are an exact progression
-# in decimals (0.7, 0.85, 1.0) are not one in binary (their true mean misses 0.85f by 2e-8).
-AT_MEAN_ULPS = 4
 EPISODE_SINGLETON = ("zero", "raw")
 
 
@@ -45,8 +40,10 @@ class HGPO(NamedTuple):
       levels: ``float[B, K, H + 2]`` the normalised return of each step at each level: index 0 is
         the episode level (``0`` unless ``episode_group``), index ``k`` the level of the last
         ``k`` observations.
-      informative: ``bool[B, K, H + 2]`` the levels that voted: valid and nonzero (a singleton
-        group, a zero-spread group or a member exactly at its group mean gives ``0`` and abstains).
+      informative: ``bool[B, K, H + 2]`` the levels that voted: valid and the step's value not
+        exactly at its group's mean (a singleton group, a zero-spread group or a member exactly
+        at its group mean gives ``0`` and abstains; "exactly" in real arithmetic on the returns,
+        decided with integers, see :func:`hgpo_advantages`).
     """
 
     advantages: Array
@@ -71,6 +68,27 @@ def history_keys(anchors: jnp.ndarray, turn_mask: jnp.ndarray, k: int):
 
 # HGPO's history levels: the population std (ddof 0), ``+1e-6`` on the std.
 HGPO_NORMALIZATION = Normalization(ddof=0)
+
+
+def _exact_votes(a, x, g: Groups, mask, *, pooled: bool):
+    """A level's values and votes with "at the mean" decided exactly (no tolerance).
+
+    A member exactly at its set's mean (:func:`credax._group_stats.exact_at_mean`) gets exactly
+    ``0`` and abstains, whatever float residue the normalisation left; every other valid member
+    votes, even where its float value rounded to ``0``. Where the set's values are off the exact
+    grid (or non-finite) the float value decides (``!= 0``). ``pooled``: the episode level, whose
+    singletons follow ``episode_singleton`` (a raw reward votes when nonzero), so only sets of
+    two or more are decided exactly there.
+    """
+    st = group_stats(x, g, mask, sum_sq=False)
+    exact = exact_at_mean(x, g, mask, st.inv_unit)
+    decided = exact.decided & mask
+    if pooled:
+        decided = decided & (exact.count > 1)
+    at_mean = exact.at_mean & decided
+    a = jnp.where(at_mean, jnp.zeros((), a.dtype), a)
+    voted = mask & jnp.where(decided, ~at_mean, a != 0)
+    return a, voted
 
 
 @jit_grouped(
@@ -103,12 +121,17 @@ def hgpo_advantages(
         A_{i,t}   = Σ_{k ∈ I} w_k A^k_{i,t} / (Σ_{k ∈ I} w_k + eps)     I = informative levels
 
     A level is informative for a step when the step has ``k`` valid observations and
-    ``A^k != 0``: singleton groups, zero-spread groups (exactly ``0`` here, whatever ``eps``) and a
-    member at its group's mean abstain — "at" up to float rounding: within ``4·n·ε`` (``n`` the
-    group's size, ``ε`` the dtype's machine epsilon) of the mean, relative to the group's largest
-    magnitude, since float32 inputs such as 0.7, 0.85, 1.0 are not an exact progression in binary
-    and their mean misses 0.85 by ``2e-8``; such a residue would otherwise vote and change the
-    other levels' weights. ``episode_group=True`` adds the episode
+    ``A^k != 0`` in exact arithmetic: singleton groups, zero-spread groups and a member exactly at
+    its group's mean give exactly ``0`` (whatever ``eps``) and abstain; every other member votes,
+    however small its value. "Exactly at the mean" is ``n · G_{i,t} == Σ_{P_k} G`` for the returns
+    as computed in the compute dtype, decided with integer limbs (no tolerance, no float residue:
+    a rounded mean never makes a member at the mean vote, nor a genuine deviation of ``1e-8``
+    abstain). Float32 inputs 0.7, 0.85, 1.0 are *not* an exact progression (the mean of the
+    three float32 values misses 0.85f by ``2e-8``): the middle one votes, as in float64 on the same
+    float32 values; in float64 inputs 0.7, 0.85, 1.0 it is at the mean. A group holding a return
+    below ``2**-32`` of its largest magnitude (float32; ``2**-61`` in float64), other than ``0``,
+    is outside the exact grid: there the computed value decides (``!= 0``). The same rule
+    applies to the episode level's groups of two or more. ``episode_group=True`` adds the episode
     advantage (the trajectory's outcome normalised within its prompt, unbiased std) as level 0
     with weight 1 (verl-agent's ``base_group``). ``scale="none"`` only centres (``mean_norm``), at
     every level. No informative level: ``0``. The weighted mean is computed with the weights
@@ -172,7 +195,8 @@ def hgpo_advantages(
       normalised by ``Σw + eps`` over nonzero level advantages, and its ``base_group`` episode
       level (``credax.presets.HGPO_VERL_AGENT`` is its shipped configuration). Where credax differs:
       a zero-spread group is exactly ``0`` (abstains); verl-agent's float mean of a constant
-      non-dyadic group can leave a residue that then divides by ``eps`` and votes.
+      non-dyadic group can leave a residue that then divides by ``eps`` and votes, and its float
+      ``!= 0`` test can let a rounded mean vote or drop a genuine deviation below the rounding.
     """
     _checks.check_option(episode_pooling, "episode_pooling", EPISODE_POOLING)
     _checks.check_option(episode_singleton, "episode_singleton", EPISODE_SINGLETON)
@@ -210,16 +234,20 @@ def hgpo_advantages(
             rr, has_turn, _ = prepare(r.astype(dt), group_ids, has_turn, "outcome_rewards")
             a_e = normalize_with_groups(rr, group_ids, has_turn,
                                         base.replace(ddof=1, singleton=episode_singleton))
+            a_e, voted = _exact_votes(a_e, rr, group_ids, has_turn, pooled=True)
             a_e = jnp.broadcast_to(a_e[:, None], s.shape)
+            voted = jnp.broadcast_to(voted[:, None], s.shape) & turn_mask
         else:
             per_step = jnp.broadcast_to(r.astype(dt)[:, None], s.shape).reshape(n)
             flat = Groups(prompt.reshape(n), group_ids.num_groups)
             per_step = jnp.where(turn_mask.reshape(n), per_step, jnp.zeros((), dt))
             a_e = normalize_with_groups(per_step, flat, turn_mask.reshape(n), base.replace(
-                ddof=1, singleton=episode_singleton)).reshape(s.shape)
-        levels, valid = [a_e], [turn_mask]
+                ddof=1, singleton=episode_singleton))
+            a_e, voted = _exact_votes(a_e, per_step, flat, turn_mask.reshape(n), pooled=True)
+            a_e, voted = a_e.reshape(s.shape), voted.reshape(s.shape)
+        levels, votes = [a_e], [voted]
     else:
-        levels, valid = [jnp.zeros(s.shape, dt)], [jnp.zeros(s.shape, bool)]
+        levels, votes = [jnp.zeros(s.shape, dt)], [jnp.zeros(s.shape, bool)]
 
     # Levels 1..H+1: the last k observations, nested in the prompt. Level k's key is level
     # k - 1's group plus the one older anchor: a row valid at level k is valid at k - 1, where its
@@ -231,19 +259,13 @@ def hgpo_advantages(
         flat_valid = valid_k.reshape(n)
         level_groups = groups_from_keys(previous, keys[-1].reshape(n), valid=flat_valid)
         previous = level_groups.index
-        a_k = normalize_with_groups(g_flat, level_groups, flat_valid,
-                                    base)
-        # A member within float rounding of its group's mean is at the mean: its level abstains
-        # (0), instead of a residue of ~1e-7 voting and changing the other levels' weights.
-        st = group_stats(g_flat, level_groups, flat_valid, sum_sq=False)
-        tol = AT_MEAN_ULPS * st.count * jnp.finfo(dt).eps  # set units: the group's scale is 1
-        at_mean = (jnp.abs(st.shifted - st.mean) <= tol) & ~st.nonfinite
-        a_k = jnp.where(at_mean, jnp.zeros((), dt), a_k)
+        a_k = normalize_with_groups(g_flat, level_groups, flat_valid, base)
+        a_k, voted = _exact_votes(a_k, g_flat, level_groups, flat_valid, pooled=False)
         levels.append(a_k.reshape(s.shape))
-        valid.append(valid_k)
+        votes.append(voted.reshape(s.shape))
 
     levels = jnp.stack(levels, axis=-1)
-    informative = jnp.stack(valid, axis=-1) & (levels != 0)
+    informative = jnp.stack(votes, axis=-1)
     alpha = _checks.scalar(alpha, dt, "alpha")
     # Σ w_k A_k / (Σ w_k + eps) with w_k = (k + 1)^α, computed with every weight divided by the
     # step's largest informative one (in log space): the same value, and no overflow to inf/inf

@@ -337,17 +337,19 @@ class PolicyMetrics(NamedTuple):
         sequence ratio of each token's row with ``ratio="sequence"``).
       rollout_is_mean: mean over valid tokens of the truncated rollout-correction weight (``1``
         without ``rollout_logp``, ``0`` for an empty mask; verl's ``rollout_is_mean``).
-      rollout_is_frac_high: fraction of valid tokens (``rollout_is="token"``) or of sequences
-        with a valid token (``"sequence"``, as verl counts them) whose untruncated weight exceeds
+      rollout_is_frac_high: fraction of valid tokens (``rollout_is="token"``) or of rows
+        (``"sequence"``, every row, as verl counts them) whose untruncated weight exceeds
         ``rollout_is_threshold`` (truncated; verl's ``rollout_is_ratio_fraction_high``).
       rollout_is_frac_low: the same fraction below ``1 / rollout_is_threshold`` (verl's
         ``rollout_is_ratio_fraction_low``).
       entropy: the aggregated ``entropy`` input (same ``agg``/``normalizer``), ``0`` without it.
 
-    Token fractions and means use the local valid-token count, sequence fractions the local count
-    of non-empty rows (they are diagnostics; average them across micro-batches by that count if
-    you need a global figure). verl divides its sequence fractions by every row, empty ones
-    included: the two agree when no row is empty.
+    Token fractions and means use the local valid-token count, sequence fractions the local row
+    count ``B`` (they are diagnostics; average them across micro-batches by that count if you need
+    a global figure). Sequence fractions divide by every row, empty ones included, as verl's
+    ``compute_is_metrics`` does: an empty row's log-ratio sum is ``0``, so it never exceeds a
+    threshold of 1 or more (one row of four empty and one above: ``1/4``, not ``1/3``). An empty
+    mask gives ``0`` (verl raises).
     """
 
     policy_loss: Array
@@ -711,13 +713,14 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
             frac_high = fraction(mask & (log_w > jnp.log(threshold)))
             frac_low = fraction(mask & (log_w < -jnp.log(threshold)))
         else:
-            # verl counts sequences here (its log-ratio sum before the ±20 clamp), not tokens;
-            # rows with no valid token are not sequences.
-            rows = jnp.any(mask, axis=-1)
-            num_rows = jnp.sum(rows, dtype=dtype)
+            # verl counts sequences here (its log-ratio sum before the ±20 clamp), not tokens,
+            # and divides by every row: an empty row (log-ratio sum 0) is in the denominator,
+            # and in the numerator where 0 passes the bound (a threshold below 1), as in verl.
+            num_rows = jnp.asarray(shape[0], dtype)
 
             def row_fraction(cond):
-                return _checks.safe_div(jnp.sum(rows & cond, dtype=dtype), num_rows, num_rows > 0)
+                frac = _checks.safe_div(jnp.sum(cond, dtype=dtype), num_rows, num_rows > 0)
+                return jnp.where(count > 0, frac, zero)  # an empty mask: 0 (verl raises)
 
             frac_high = row_fraction(seq_log_w > jnp.log(threshold))
             frac_low = row_fraction(seq_log_w < -jnp.log(threshold))

@@ -176,6 +176,12 @@ _NOTES = {
     "g2po": "G2PO: the rollout's normalised outcome plus the turn's edge in the prompt's graph "
             "of anchor states: the value of the state it reached, normalised among the turns "
             "that left the same state, plus its gain over the state it left (normalised).",
+    "redistribute": "Redistribution (DRACO, VICT, IAPO, TASPO, FACTOR): the rollout's GRPO value "
+                    "spread over its turns by per-turn weights (here |step reward|), "
+                    "mean-preserving: the turns' mean is the GRPO value, each turn keeps its sign.",
+    "pgpo": "PGPO: the change of potential a turn caused, Φ(next state) - Φ(state), where Φ is the "
+            "mean discounted return of the prompt group's turns in that anchor state (the last "
+            "turn: its own return minus Φ).",
     "gpg": "GPG: the rollout's outcome minus its prompt group's mean, scaled by the batch's "
            "inverse share of nonzero outcomes; the same value on every turn.",
 }
@@ -247,10 +253,20 @@ _ESTIMATORS = [
           lambda b, ns: _args(b.rewards, b.turn_rewards, b.anchors, b.turn_mask, b.group_ids),
           "turn", output=_advantages, needs=("turn_rewards", "anchors"), explain="hgpo",
           note=_NOTES["hgpo"], tuning=({"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5})),
+    _call("pgpo_advantages",
+          lambda b, ns: _args(b.turn_rewards, b.anchors, b.turn_mask, b.group_ids), "turn",
+          output=_advantages, needs=("turn_rewards", "anchors"), explain="pgpo",
+          note=_NOTES["pgpo"], tuning=({"gamma": 1.0}, {"gamma": 0.9})),
     _call("g2po_advantages",
           lambda b, ns: _args(b.rewards, b.anchors, b.turn_mask, b.group_ids), "turn",
           output=_advantages, needs=("anchors",), explain="g2po", note=_NOTES["g2po"],
           tuning=({"omega": 1.0}, {"omega": 0.5})),
+    # GRPO's outcome advantages spread over the turns by |step reward| weights (any non-negative
+    # per-turn signal would do: judge attributions, proof edges, likelihood shifts).
+    _call("redistribute_advantages",
+          lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome),
+                                         jnp.abs(b.turn_rewards), b.turn_mask),
+          "turn", needs=("turn_rewards",), explain="redistribute", note=_NOTES["redistribute"]),
     # Per-turn rewards and their returns to go.
     _call("unbiased_turn_advantages",
           lambda b, ns: _args(b.turn_rewards, b.turn_mask, b.group_ids), "turn",
@@ -264,6 +280,12 @@ _ESTIMATORS = [
     _call("turn_gae_advantages",
           lambda b, ns: _args(b.scores, b.values, b.token_turn, b.turn_mask), "other",
           needs=("values",), tuning=({"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9})),
+    # VETTA's two heads: the values stand in for both (turn head and token head), the log-probs
+    # for the token rewards. Not on the explain page: its example rollouts have no critic values.
+    _call("vetta_advantages",
+          lambda b, ns: _args(b.scores, b.values, b.logp, b.values, b.token_turn, b.turn_mask),
+          "token", output=_advantages, needs=("values", "logp", "token_turn"),
+          tuning=({"lam": 1.0, "token_lam": 0.95}, {"lam": 0.9, "token_lam": 0.8})),
 ]
 
 # --------------------------------------------------------------------------------------------

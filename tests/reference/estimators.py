@@ -9,6 +9,7 @@ imports credax or JAX.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -96,14 +97,18 @@ def value_loss(values, old_values, returns, mask, clip):
 # --------------------------------------------------------------------------------------------
 
 
-def discounted_returns(step_rewards, turn_mask, gamma):
-    s, m = _f64(step_rewards), np.asarray(turn_mask, bool)
+def discounted_returns(step_rewards, turn_mask, gamma, dtype=np.float64):
+    """``G_t = r_t + γ G_{t+1}`` over valid steps, each operation rounded in ``dtype`` (float64 by
+    default; ``np.float32`` gives the returns a float32 computation holds, one rounding per
+    operation as IEEE prescribes)."""
+    s, m = np.asarray(step_rewards, dtype), np.asarray(turn_mask, bool)
+    gamma = dtype(gamma)
     out = np.zeros(s.shape)
     for b in range(s.shape[0]):
-        running = 0.0
+        running = dtype(0.0)
         for t in reversed(range(s.shape[1])):
             if m[b, t]:
-                running = s[b, t] + gamma * running
+                running = dtype(s[b, t] + dtype(gamma * running))
                 out[b, t] = running
     return out
 
@@ -112,21 +117,31 @@ def _normalised(vals, own, ddof, scale, eps):
     n = len(vals)
     if n <= 1 or n - ddof <= 0 or max(vals) == min(vals):
         return 0.0
+    # The deviation from the mean in exact rational arithmetic on the values as given, rounded
+    # once: exactly 0 at the mean (abstains), never 0 off it. A float mean (even fsum's correctly
+    # rounded one) can turn either into the other.
+    dev = Fraction(float(own)) - sum(Fraction(float(v)) for v in vals) / n
+    if dev == 0:
+        return 0.0
     mu = math.fsum(vals) / n
     if scale in (False, "none"):
-        return own - mu
+        return float(dev)
     sd = math.sqrt(math.fsum((v - mu) ** 2 for v in vals) / (n - ddof))
-    return (own - mu) / (sd + eps)
+    return float(dev) / (sd + eps)
 
 
 def hgpo(outcome, step_rewards, anchors, turn_mask, group_ids, *, history, gamma, alpha,
          episode_group=False, episode_pooling="trajectory", episode_singleton="zero", scale=True,
-         ddof=0, eps=1e-6):
-    """Loop form of credax.hgpo_advantages: explicit member lists per (step, level)."""
+         ddof=0, eps=1e-6, returns_dtype=np.float64):
+    """Loop form of credax.hgpo_advantages: explicit member lists per (step, level).
+
+    A member's level value is exactly 0 (abstains) when it equals its group's mean in exact
+    rational arithmetic on the returns; ``returns_dtype`` is the dtype the returns are computed
+    in (``np.float32``: the returns of a float32 computation, to compare exact decisions)."""
     m, a = np.asarray(turn_mask, bool), np.asarray(anchors)
     ids = [int(i) for i in np.asarray(group_ids)]
-    r = _f64(outcome)
-    g = discounted_returns(step_rewards, m, gamma)
+    r = _f64(np.asarray(outcome, returns_dtype))
+    g = discounted_returns(step_rewards, m, gamma, returns_dtype)
     batch, num_turns = m.shape
     levels = np.zeros((batch, num_turns, history + 2))
     inform = np.zeros((batch, num_turns, history + 2), bool)

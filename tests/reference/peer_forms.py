@@ -185,7 +185,9 @@ def verl_rollout_is_weights(log_ratio, response_mask, rollout_is, threshold):
     ``log_ratio = old_log_prob - rollout_log_prob``. Token: ``exp(clamp(log_ratio, ±20))``;
     sequence: ``exp(clamp(Σ_t masked log_ratio, ±20))`` broadcast; times the mask; metrics on the
     untruncated weights (token level: fraction above ``threshold`` / below ``1/threshold``); then
-    truncated at ``threshold``; mean of the truncated weights over valid tokens.
+    truncated at ``threshold``; mean of the truncated weights over valid tokens. Sequence-level
+    fractions as ``compute_is_metrics`` counts them: the unclamped row log-ratio sums against
+    ``log threshold``, averaged over every row (empty rows included).
     """
     lr, m = np.asarray(log_ratio, np.float64), np.asarray(response_mask, np.float64)
     if rollout_is == "token":
@@ -193,8 +195,13 @@ def verl_rollout_is_weights(log_ratio, response_mask, rollout_is, threshold):
     else:
         w = np.broadcast_to(np.exp(np.clip((lr * m).sum(-1, keepdims=True), -20, 20)), lr.shape)
     w = w * m
-    metrics = {"frac_high": ((w > threshold) * m).sum() / m.sum(),
-               "frac_low": ((w < 1 / threshold) * m).sum() / m.sum()}
+    if rollout_is == "token":
+        metrics = {"frac_high": ((w > threshold) * m).sum() / m.sum(),
+                   "frac_low": ((w < 1 / threshold) * m).sum() / m.sum()}
+    else:  # compute_is_metrics: the unclamped row sums, a plain mean over every row
+        sums = (np.where(m > 0, lr, 0.0)).sum(-1)
+        metrics = {"frac_high": np.mean(sums > np.log(threshold)),
+                   "frac_low": np.mean(sums < np.log(1 / threshold))}
     w = np.minimum(w, threshold)
     metrics["mean"] = (w * m).sum() / m.sum()
     return w, metrics

@@ -26,10 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
-import numpy as np
-
 from .. import _registry
 from .._batch import TurnBatch
+from .._batch import example_batch as example_batch
 from .._registry import LEVELS as LEVELS
 from .._registry import OPTIONAL as OPTIONAL
 from .._registry import token_mask as token_mask
@@ -123,6 +122,8 @@ META: dict[str, dict] = {
     "gigpo_advantages": dict(checks=COMMON),
     "hgpo_advantages": dict(checks=COMMON),
     "g2po_advantages": dict(checks=COMMON),
+    "pgpo_advantages": dict(checks=COMMON),
+    "redistribute_advantages": dict(checks=COMMON),
     "unbiased_turn_advantages": dict(checks=CENTRED),
     # Tools.
     "group_mean": dict(checks=COMMON),
@@ -168,45 +169,3 @@ EXPLAINED: dict[str, Call] = {c.explain: c for c in ALL.values() if c.explain is
 def is_estimator(name: str) -> bool:
     """Whether public function ``name`` returns advantages or credit (it belongs in ESTIMATORS)."""
     return name.endswith(("_advantages", "_credit")) or name == "group_normalize"
-
-
-def example_batch(batch: int = 6, turns: int = 4, tokens: int = 8, *, seed: int = 0,
-                  num_groups: int | None = None, alternatives: int = 3, vocab: int = 7,
-                  hidden: int = 5) -> TurnBatch:
-    """A random :class:`TurnBatch` with every field set (NumPy), for calls of every entry.
-
-    Rows have 1 to ``turns`` real turns; tokens run over a row's turns in order, every third
-    token off the turns (``-1``, an observation token); ``num_groups`` prompt ids (default
-    ``batch // 3``); alternatives, log-probs, values, logits, tokens and hidden states random.
-
-    Examples:
-      >>> b = example_batch(6, 4, 8)
-      >>> b.scores.shape, b.alt_scores.shape, b.logits.shape, b.unembedding.shape
-      ((6, 4), (6, 4, 3), (6, 8, 7), (5, 7))
-    """
-    rng = np.random.default_rng(seed)
-    B, K, T = batch, turns, tokens
-    n_turns = rng.integers(1, K + 1, B)
-    turn_mask = np.arange(K)[None] < n_turns[:, None]
-    position = np.arange(T)[None] * n_turns[:, None] // T  # tokens spread over the row's turns
-    token_turn = np.where(np.arange(T)[None] % 3 == 2, -1, position).astype(np.int32)
-    groups = max(1, B // 3) if num_groups is None else num_groups
-    f32 = np.float32
-    return TurnBatch(
-        scores=rng.random((B, K)).astype(f32),
-        turn_mask=turn_mask,
-        group_ids=rng.integers(0, groups, B).astype(np.int32),
-        rewards=rng.random(B).astype(f32),
-        roles=rng.integers(-1, 4, (B, K)).astype(np.int32),
-        token_turn=token_turn,
-        anchors=rng.integers(0, 3, (B, K)).astype(np.int32),
-        turn_rewards=rng.random((B, K)).astype(f32),
-        alt_scores=rng.random((B, K, alternatives)).astype(f32),
-        alt_mask=rng.random((B, K, alternatives)) < 0.8,
-        logp=-rng.random((B, T)).astype(f32),
-        values=rng.normal(size=(B, T)).astype(f32),
-        logits=rng.normal(size=(B, T, vocab)).astype(f32),
-        tokens=rng.integers(0, vocab, (B, T)).astype(np.int32),
-        hidden=rng.normal(size=(B, T, hidden)).astype(f32),
-        unembedding=(rng.normal(size=(hidden, vocab)) / np.sqrt(hidden)).astype(f32),
-    )
