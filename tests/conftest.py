@@ -70,3 +70,14 @@ SLOW_FIRST = ("test_dogfood", "test_groups", "test_lab_tiny", "test_notebooks", 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: ties keep order
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    # Every XLA:CPU executable keeps memory mappings until it is freed, and a pytest-xdist worker
+    # compiles thousands of programs: on 2026-12-03 a worker reached 47,508 of the kernel's
+    # 65,530 maps (vm.max_map_count) and XLA's compiler then segfaulted or aborted in whichever
+    # test compiled next. Dropping JAX's caches after each module lets the programs be freed;
+    # a module's own compile-once checks run within it and are unaffected.
+    yield
+    jax.clear_caches()
