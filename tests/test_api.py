@@ -62,6 +62,7 @@ ISSUE_38 = {
     "redistribute_advantages",  # the shared step of DRACO, VICT, IAPO, TASPO, FACTOR
     "vetta_advantages", "VETTA",  # turn GAE + the within-response-centred token GAE residual
     "pgpo_advantages", "PGPO",  # the anchor-group potential difference
+    "faca_advantages",  # the next user turn's reaction, normalised per segment, plus the outcome
 }
 
 

@@ -219,7 +219,8 @@ def _filled(rollouts, seed=0):
 # step rewards and anchor states, G2PO anchor states. Before the fix all of them were drawn: as
 # zeros (HGPO, the turn baseline) or as a copy of GRPO (GiGPO, MT-GRPO, TRIAGE).
 NEEDS = {"triage": ["role"], "mt_grpo": ["reward"], "unbiased_turn": ["reward"],
-         "gigpo": ["anchor", "reward"], "hgpo": ["anchor", "reward"], "g2po": ["anchor"]}
+         "gigpo": ["anchor", "reward"], "hgpo": ["anchor", "reward"], "g2po": ["anchor"],
+         "pgpo": ["anchor", "reward"], "redistribute": ["reward"], "faca": ["reward"]}
 
 
 def test_a_method_without_its_inputs_is_not_computed():

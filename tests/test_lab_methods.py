@@ -151,7 +151,19 @@ def test_gpg_and_reinforce_pp_baseline_on_every_real_turn():
     assert np.all(got[~mask] == 0.0)
 
 
-@pytest.mark.parametrize("name", ["g2po", "reinforce_pp", "reinforce_pp_baseline", "gpg"])
+def test_faca_reads_the_score_change_as_the_reaction_and_none_on_the_last_turn():
+    # One prompt, three rollouts of two turns, no turn cost (outcome = final score 1, .5, .5):
+    # Â^O: mean 2/3, unbiased std 1/√12 -> 2/√3, -1/√3, -1/√3. Score changes (.5, .5), (0, .5),
+    # (.5, 0); turn 0 has the reaction (turn 1 is the last: none): .5, 0, .5 -> mean 1/3, std
+    # 1/√12 -> 1/√3, -2/√3, 1/√3. A = Â^O + Â^R on turn 0, Â^O on turn 1.
+    ctx = context([[0.5, 1.0], [0.0, 0.5], [0.5, 0.5]], np.ones((3, 2), bool), [1.0, 0.5, 0.5],
+                  [0, 0, 0])
+    u = 1 / np.sqrt(3)
+    np.testing.assert_allclose(M.faca(ctx, S), [[3 * u, 2 * u], [-3 * u, -u], [0.0, -u]],
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["g2po", "faca", "reinforce_pp", "reinforce_pp_baseline", "gpg"])
 def test_variant_methods_trace_under_jit_and_zero_the_padding(name):
     # The lab traces every method under jit and vmap; each must give finite [B, K] credit, 0 on
     # padded turns (whatever the padding holds), with a real signal on the real turns.

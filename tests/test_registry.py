@@ -164,6 +164,7 @@ INTEGRATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "triage_advantages": dict(explain=("triage",), verl=("triage",), lab=("triage",)),
     "scalar_process_advantages": dict(lab=("scalar_prm",)),
     "mt_grpo_advantages": dict(explain=("mt_grpo",), verl=("mt_grpo",), lab=("mt_grpo",)),
+    "faca_advantages": dict(explain=("faca",), lab=("faca",)),
     "gigpo_advantages": dict(explain=("gigpo",), verl=("gigpo",), lab=("gigpo",)),
     "hgpo_advantages": dict(explain=("hgpo",), lab=("hgpo",)),
     "g2po_advantages": dict(explain=("g2po",), lab=("g2po",)),

@@ -38,6 +38,7 @@ class Settings:
     triage_lam: float = 0.2  # TRIAGE λ (SPEC §5 default; the paper's ALFWorld value)
     scalar_lam: float = 0.2  # scalar process-reward baseline: the same λ as TRIAGE
     mt_turn_coef: float = 1.0  # MT-GRPO turn_advantage_coef (repo default)
+    faca_reaction_coef: float = 1.0  # FACA's reaction weight (credax's default; no public code)
     gigpo_gamma: float = 0.95  # GiGPO γ (verl-agent scripts)
     gigpo_omega: float = 1.0  # GiGPO ω (verl-agent scripts)
     # Learned-value baseline: GAE over turns (γ = λ = 1: the advantage is outcome − V(turn)) and
@@ -133,6 +134,14 @@ def rloo(ctx: Context, s: Settings) -> jax.Array:
 def mt_grpo(ctx: Context, s: Settings) -> jax.Array:
     """MT-GRPO (K-turn form): outcome advantage + per-(prompt, turn) normalised score change."""
     return CALLS["mt_grpo_advantages"](turn_batch(ctx), turn_coef=s.mt_turn_coef)
+
+
+def faca(ctx: Context, s: Settings) -> jax.Array:
+    """FACA (``credax.faca_advantages``): outcome advantage + the reaction to each turn normalised
+    per (prompt, turn). The lab has no user: the verifier's feedback before the next turn (the
+    score change) stands for the reaction, and the last real turn, which no turn follows, has none
+    (the default ``reaction_mask``); reaction weight 1."""
+    return CALLS["faca_advantages"](turn_batch(ctx), reaction_coef=s.faca_reaction_coef)
 
 
 def gigpo(ctx: Context, s: Settings) -> jax.Array:
@@ -466,7 +475,7 @@ TCPO_SWITCHES: tuple[Method, ...] = (
 )
 
 # Trainable, not in the default demo (``--methods``): the demo's OFF_DEMO methods, the ceiling's
-# controls, the TCPO switches, G2PO and verl's token-whitened outcome estimators.
+# controls, the TCPO switches, G2PO, FACA and verl's token-whitened outcome estimators.
 VARIANTS: dict[str, Method] = {
     **{n: ALL_METHODS[n] for n in OFF_DEMO},
     **{m.name: m for m in [
@@ -475,6 +484,7 @@ VARIANTS: dict[str, Method] = {
                  control=True) for n in (4, 16)),
         *TCPO_SWITCHES,
         Method("g2po", "G2PO", g2po),
+        Method("faca", "FACA (score change as the reaction)", faca),
         Method("turn_baseline_outcome", "turn-count-unbiased baseline, past return added back",
                turn_baseline_outcome, unbiased=True),
         Method("reinforce_pp", "REINFORCE++", reinforce_pp),

@@ -12,6 +12,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
 * ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
 * ``_stepwise`` MT-GRPO and GiGPO baselines
+* ``_faca``     FACA: the next user turn's reaction, normalised per segment, added to the outcome
 * ``_turn_baseline`` the turn baseline unbiased under variable turn counts (verl #7244)
 * ``_reinforce`` REINFORCE++, REINFORCE++-baseline and GPG (verl's batch-whitened estimators)
 * ``_g2po``     G2PO: the per-prompt state graph's edge advantages
@@ -44,6 +45,7 @@ from ._diagnostics import anchor_hit_ratio as anchor_hit_ratio
 from ._diagnostics import credit_by_role as credit_by_role
 from ._diagnostics import credit_by_turn as credit_by_turn
 from ._diagnostics import dead_groups as dead_groups
+from ._faca import faca_advantages as faca_advantages
 from ._g2po import G2PO as G2PO
 from ._g2po import g2po_advantages as g2po_advantages
 from ._gae import GAE as GAE

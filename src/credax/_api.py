@@ -77,6 +77,23 @@ def concrete_numpy(x) -> np.ndarray | None:
         return None
 
 
+def concrete_array(x) -> np.ndarray | None:
+    """``x`` as a NumPy array when it is concrete (a host value or a fully addressable JAX array,
+    read back), ``None`` when it is traced or cannot be read.
+
+    For the value checks of small ``[B, K]`` arguments (weights, masks) that a committed JAX array
+    must pass too; ids and large arrays use :func:`concrete_numpy` (no host round trip).
+    """
+    if isinstance(x, jax.core.Tracer):
+        return None
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return None
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError):  # pragma: no cover - exotic array types
+        return None
+
+
 def concrete_float(value) -> float | None:
     """``value`` as a Python float when it is a concrete scalar, else ``None``.
 

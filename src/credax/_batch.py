@@ -47,7 +47,7 @@ class TurnBatch(NamedTuple):
       rows: ``bool[B]`` real rows; ``None``: the rows with a real turn (see :attr:`row_mask`).
       anchors: ``int32[B, K]`` anchor-state ids (GiGPO, HGPO, G2PO).
       turn_rewards: ``float[B, K]`` per-turn environment rewards (MT-GRPO, GiGPO, HGPO, the turn
-        baseline).
+        baseline; FACA reads them as the reaction to each turn).
       alt_scores, alt_mask: ``float[B, K, M]``, ``bool[B, K, M]`` scores of alternative actions
         at each turn (TCPO's counterfactual credit).
       logp: ``float[B, T]`` token log-probs of the policy (the old policy's are ``0.9 * logp``

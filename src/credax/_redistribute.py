@@ -15,24 +15,14 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from . import _checks
-from ._api import jit_public
+from ._api import concrete_array, jit_public
 
 REDISTRIBUTION_MODES = ("mean_preserving", "telescoping")
 
 
-def _concrete(x):
-    """``x`` as a NumPy array when it is a concrete value, else ``None`` (a tracer)."""
-    if isinstance(x, jax.core.Tracer):
-        return None
-    try:
-        return np.asarray(x)
-    except (TypeError, ValueError):  # pragma: no cover - exotic array types
-        return None
-
-
 def _check_weights(arguments) -> None:
     """Concrete weights: every valid one ``>= 0`` and finite (a ``ValueError`` naming it)."""
-    w, m = _concrete(arguments.get("weights")), _concrete(arguments.get("turn_mask"))
+    w, m = concrete_array(arguments.get("weights")), concrete_array(arguments.get("turn_mask"))
     if w is None or m is None or w.shape != m.shape or m.dtype != bool or w.dtype.kind not in "fiu":
         return  # shapes and dtypes are checked (and named) in the body
     bad = m & ~(np.isfinite(w) & (w >= 0))

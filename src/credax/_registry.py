@@ -167,6 +167,9 @@ _NOTES = {
              "z-scored over the turns of the prompt group that acted in the same anchor state.",
     "mt_grpo": "MT-GRPO: the rollout's GRPO value plus the turn's reward z-scored over the same "
                "turn index of the prompt group's rollouts.",
+    "faca": "FACA: the rollout's GRPO value plus the user's reaction to the turn (here its step "
+            "reward) z-scored over the same turn index of the prompt group's rollouts; the last "
+            "turn has no next user turn, no reaction: the GRPO value alone.",
     "unbiased_turn": "Turn baseline (verl #7244): the turn's return to go (its reward and the "
                      "later ones) minus the mean return to go of the prompt group's other "
                      "rollouts that reached the same turn; unbiased under variable turn counts.",
@@ -245,6 +248,12 @@ _ESTIMATORS = [
           lambda b, ns: _args(b.turn_rewards, b.rewards, b.turn_mask, b.group_ids), "turn",
           needs=("turn_rewards",), explain="mt_grpo", note=_NOTES["mt_grpo"],
           tuning=({"turn_coef": 1.0}, {"turn_coef": 0.5})),
+    # FACA's reactions: the per-turn rewards stand for the score of the next user turn's reaction
+    # (the last turn of each row has none: the default reaction_mask).
+    _call("faca_advantages",
+          lambda b, ns: _args(b.turn_rewards, b.rewards, b.turn_mask, b.group_ids), "turn",
+          needs=("turn_rewards",), explain="faca", note=_NOTES["faca"],
+          tuning=({"reaction_coef": 1.0}, {"reaction_coef": 0.5})),
     _call("gigpo_advantages",
           lambda b, ns: _args(b.rewards, b.turn_rewards, b.anchors, b.turn_mask, b.group_ids),
           "turn", needs=("turn_rewards", "anchors"), explain="gigpo", note=_NOTES["gigpo"],

@@ -27,10 +27,10 @@ method, and writes to ``DIR`` (created; it must not be a file):
 
 **What a file does not hold is not computed.** A method is computed from the batch fields its
 call-table entry reads; where no turn of a prompt group has what it reads (judge ``role``:
-TRIAGE; ``anchor``: GiGPO, HGPO, G2PO; a nonzero step ``reward``: MT-GRPO, GiGPO, HGPO, the turn
-baseline), it is not computed for that group: greyed on the page with the reason, ``n/a`` in
-the table, ``null`` in ``credit.json``, and one warning line per method on stderr — never
-zeros or a copy of GRPO drawn as if they were credit.
+TRIAGE; ``anchor``: GiGPO, HGPO, G2PO; a nonzero step ``reward``: MT-GRPO, FACA, GiGPO, HGPO,
+the turn baseline), it is not computed for that group: greyed on the page with the reason,
+``n/a`` in the table, ``null`` in ``credit.json``, and one warning line per method on stderr —
+never zeros or a copy of GRPO drawn as if they were credit.
 
 It also prints a table (one line per rollout, the first ``--max-rows``) and progress lines on
 stderr while reading and drawing large files. ``--out`` that is a file or lies below one is an
@@ -44,6 +44,8 @@ by prompt id):
 ``tcpo``           :func:`credax.tcpo_advantages` of the per-turn scores
 ``triage``         :func:`credax.triage_advantages`: GRPO + λ·role constant (judge labels)
 ``mt_grpo``        :func:`credax.mt_grpo_advantages`: outcome + per-(prompt, turn) reward
+``faca``           :func:`credax.faca_advantages`: outcome + the reaction to the turn (its step
+                   reward), per (prompt, turn); none on the last turn
 ``gigpo``          :func:`credax.gigpo_advantages`: episode + anchor-state step advantage
 ``hgpo``           :func:`credax.hgpo_advantages`: history-group step advantages
 ``g2po``           :func:`credax.g2po_advantages`: episode + state-graph edge advantage
@@ -266,7 +268,7 @@ def explain(rollouts: Sequence[Rollout], methods: Sequence[str] = ("grpo", "tcpo
     """Per-turn credit of every rollout under each method (see the module docstring).
 
     A method whose input is not in the file (judge roles for TRIAGE, anchor states for GiGPO,
-    HGPO and G2PO, step rewards for MT-GRPO, GiGPO, HGPO and the turn baseline: the batch
+    HGPO and G2PO, step rewards for MT-GRPO, FACA, GiGPO, HGPO and the turn baseline: the batch
     fields its call-table entry reads) is not computed where no turn of a prompt group has that
     input: its credit there is NaN and :attr:`Explained.missing` says why, never a row of
     zeros or a copy of GRPO.

@@ -119,6 +119,7 @@ META: dict[str, dict] = {
     "triage_advantages": dict(checks=COMMON),
     "scalar_process_advantages": dict(checks=COMMON),
     "mt_grpo_advantages": dict(checks=COMMON),
+    "faca_advantages": dict(checks=COMMON),
     "gigpo_advantages": dict(checks=COMMON),
     "hgpo_advantages": dict(checks=COMMON),
     "g2po_advantages": dict(checks=COMMON),
