@@ -58,9 +58,9 @@ PRESETS = {
     "default": dict(
         configs={
             "probe": Config(task=E.Task(length=3, alphabet=5, turns=8), steps=120,
-                            checkpoints=(0, 120), lab_seeds=5, **_SMALL),
+                            checkpoints=(0, 120), lab_seeds=5, lab_methods=HEADLINE, **_SMALL),
             "refine": Config(task=R.RefineTask(length=4, alphabet=5, turns=8), steps=120,
-                             checkpoints=(0, 120), lab_seeds=5, **_SMALL),
+                             checkpoints=(0, 120), lab_seeds=5, lab_methods=HEADLINE, **_SMALL),
         },
         # Seeds 0..19 for the headline methods, 0..4 for the rest (the same seeds 0..4: every
         # paired difference is over the seeds both methods have). The step-0 lab covers every
@@ -282,6 +282,8 @@ def task_record(name, cfg, methods, runs) -> dict:
         st = str(step)
         credit, roles = {}, {}
         for m in methods:
+            if step not in runs[m.name].labs:  # Config.lab_methods left it out
+                continue
             lb = runs[m.name].labs[step]  # the method's own policy at this checkpoint
             per = checkpoint.method_metrics(lb, lb.index(m.name))
             credit[m.name] = {"label": labels[m.name], **{k: X.summarize(v) for k, v in per.items()}}
@@ -291,7 +293,7 @@ def task_record(name, cfg, methods, runs) -> dict:
         # TCPO's parts and switched readings, measured on TCPO + hindsight's own policy; the
         # outcome baselines plain and shrunk, on GRPO's own batch.
         for key, host in [("diagnostics", "tcpo_hindsight"), ("baselines", "grpo")]:
-            if host not in runs:
+            if host not in runs or step not in runs[host].labs:
                 continue
             lb = runs[host].labs[step]
             rows = {}
@@ -300,14 +302,16 @@ def task_record(name, cfg, methods, runs) -> dict:
                 rows[n] = {"label": every[n].label, "policy": host,
                            **{k: X.summarize(v) for k, v in per.items()}}
             record["lab"].setdefault(key, {})[st] = rows
-        ref = runs["grpo" if grpo is not None else methods[0].name].labs[step]
+        measured = [m.name for m in methods if step in runs[m.name].labs]
+        on_grpo = grpo is not None and "grpo" in measured
+        ref = runs["grpo" if on_grpo else measured[0]].labs[step]
         gt = checkpoint.ground_truth_quality(ref)
         record["lab"]["ground_truth"][st] = {
-            "policy": "grpo" if step else "initial",
+            "policy": ("grpo" if on_grpo else measured[0]) if step else "initial",
             "branches": cfg.lab_branches, "pairs_requested": cfg.lab_pairs,
             **{k: X.summarize(v) for k, v in gt.items()},
         }
-        if grpo is not None:
+        if on_grpo:
             tri = checkpoint.triage_metrics(ref, ref.index("grpo"), lam=cfg.settings.triage_lam)
             record["lab"]["triage"][st] = {
                 k: {"label": v["label"], **{q: X.summarize(v[q]) for q in v if q != "label"}}
@@ -390,6 +394,10 @@ def main(argv=None) -> int:
             cfg = dataclasses.replace(cfg, steps=args.steps, checkpoints=marks)
         if args.perturb:
             cfg = dataclasses.replace(cfg, perturb=args.perturb)
+        if cfg.lab_methods:
+            # Methods named with --methods are all measured after training; a user's always.
+            keep = () if args.methods is not None else cfg.lab_methods + tuple(m.name for m in user)
+            cfg = dataclasses.replace(cfg, lab_methods=keep)
         configs[t] = cfg
     # A user's methods and the ones named with --methods are read at the preset's full seeds.
     headline = set(PRESETS[preset].get("headline", ())) | {m.name for m in user}

@@ -183,7 +183,9 @@ def plot_credit(path: pathlib.Path, record: dict) -> None:
             ax = axes[2 * t_i + c_i]
             for s_i, st in enumerate(steps):
                 off = (s_i - (len(steps) - 1) / 2) * 0.25
-                stats = [credit[st][n][metric] for n in names]
+                # a method the lab did not measure at this checkpoint (Config.lab_methods): no mark
+                none = {"mean": None, "interval": [None, None]}
+                stats = [credit[st][n][metric] if n in credit[st] else none for n in names]
                 mean = np.array([s["mean"] if s["mean"] is not None else np.nan for s in stats])
                 lo = np.array([s["interval"][0] if s["interval"][0] is not None else np.nan for s in stats])
                 hi = np.array([s["interval"][1] if s["interval"][1] is not None else np.nan for s in stats])

@@ -51,6 +51,11 @@ class Config:
     # per seed; after training each method's policy is its own, so each seed costs a lab per
     # method. The held-out success (the verdict) is measured on every seed.
     lab_seeds: int = 0
+    # The lab after step 0 measures these methods only (empty: every method). After training
+    # each (method, seed) costs its own ground truth, so the demo keeps these labs for the
+    # headline methods, whose verdicts the guide reads; the step-0 lab (one per seed, shared by
+    # every method) and every method's held-out success are unaffected.
+    lab_methods: tuple[str, ...] = ()
     # Machine-independence probe: every method's training credit multiplied by ``1 + perturb·z``
     # (``z`` standard normal, fresh per step and instance) — a change of the last bits, the
     # in-process stand-in for another CPU's float reductions. 0: off.
@@ -399,7 +404,8 @@ class Runner:
         spans = self._spans(states_leading(states))
         ctx = self.roll(states, keys, self.train_pool)
         adv = np.asarray(self.step_credit(states, ctx))  # the true-advantage controls' own too
-        names = {m.name: i for i, m in enumerate(self.methods)}
+        names = {m.name: i for i, m in enumerate(self.methods)
+                 if shared or not self.cfg.lab_methods or m.name in self.cfg.lab_methods}
         cap = lambda n: n if shared or not self.cfg.lab_seeds else min(n, self.cfg.lab_seeds)
         span = lambda i: (spans[i][0], spans[i][0] + cap(spans[i][1] - spans[i][0]))
         def sl(x, i):
@@ -417,7 +423,7 @@ class Runner:
         # method with the most seeds serves all of them (the others take its first seeds). Each
         # core is assembled at once and dropped: its per-turn gradient rows ([S, B·K, D], ~140 MB
         # at the default size for 5 seeds) are the big part.
-        chunk = min(cap(b - a) for a, b in spans)
+        chunk = min(cap(spans[i][1] - spans[i][0]) for i in names.values())
 
         def core_of(i):
             a, b = span(i)
@@ -483,7 +489,8 @@ class Runner:
                 lb = self.lab(states, tile(fold(k_lab, at)), shared=at == 0)
                 self.timers[f"lab@{at}"] = self.timers.get(f"lab@{at}", 0.0) + time.perf_counter() - t
                 for i, m in enumerate(methods):
-                    labs[i][at] = lb[m.name]
+                    if m.name in lb:  # Config.lab_methods: after step 0, some methods only
+                        labs[i][at] = lb[m.name]
 
         measure(0)
         for c in range(chunks):
