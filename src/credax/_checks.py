@@ -6,9 +6,9 @@ serves a traced array inside a compiled body and a concrete NumPy array in the e
 ``validate_*`` functions: a rule is written once and says the same thing on both paths. At trace
 time they are free under ``jit`` (they run once per compilation). Value checks need concrete
 arrays; they are the host section at the end (:func:`host_array`, :func:`check_prefix_mask`,
-...), used by ``_validate`` (``validate_turns``, ...) and ``_roles`` (``validate_roles``). Every
-check raises ``ValueError`` or ``TypeError`` naming the argument, what was expected and what was
-found (optax's ``utils.py`` style).
+...), used by ``_validate`` (``validate_turns``, ...), ``_roles`` (``validate_roles``) and the
+host-side bridges (``credax.tunix``). Every check raises ``ValueError`` or ``TypeError`` naming
+the argument, what was expected and what was found (optax's ``utils.py`` style).
 """
 
 from __future__ import annotations
