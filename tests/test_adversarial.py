@@ -387,7 +387,8 @@ def _():
            np.ones((1, 2, 3), bool))
     raises(ValueError, r"`alt_scores` must have shape \[B, K, M\] with \[B, K\] = \(1, 3\)",
            credax.validate_alternatives, alt, None, np.zeros((1, 3)))
-    raises(ValueError, "`alt_scores` must be 3-D", credax.validate_alternatives, np.zeros((2, 2)))
+    raises(ValueError, r"`alt_scores` must be \[B, K, M\] \(ndim 3\)", credax.validate_alternatives,
+           np.zeros((2, 2)))
 
 
 # --------------------------------------------------------------------------------------------

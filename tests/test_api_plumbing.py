@@ -529,7 +529,7 @@ def test_normalization_is_converted_on_the_host_before_tracing():
 
 @pytest.fixture
 def field_checks(monkeypatch):
-    """Counts the field checks of Normalization (constructor, check_normalization) from now on."""
+    """Counts the field checks of Normalization (constructor, as_normalization) from now on."""
     calls = []
     original = _normalization._checked_fields
 
@@ -557,7 +557,7 @@ def test_a_built_normalization_is_not_rechecked_per_call(field_checks):
     for other in (copy.copy(norm), copy.deepcopy(norm), pickle.loads(pickle.dumps(norm)),
                   norm.replace(eps=1e-3)):
         assert other._checked
-    assert _normalization.check_normalization(norm) is norm
+    assert _normalization.as_normalization(norm) is norm
 
 
 def test_an_unflattened_normalization_is_checked_on_every_call(field_checks):

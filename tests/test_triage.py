@@ -363,7 +363,7 @@ def test_validate_roles_rejects_bad_inputs():
     mask = np.ones((1, 2), bool)
     with pytest.raises(TypeError, match="`roles` must be an integer"):
         credax.validate_roles(np.array([[0.0, 1.0]]), mask)
-    with pytest.raises(ValueError, match="2-D"):
+    with pytest.raises(ValueError, match=r"`roles` must be \[B, K\] \(ndim 2\)"):
         credax.validate_roles(np.array([0, 1]), mask)
     with pytest.raises(TypeError, match="`turn_mask` must be a boolean"):
         credax.validate_roles(np.array([[0, 1]]), np.ones((1, 2)))

@@ -129,3 +129,45 @@ def test_int64_hashes_that_collide_in_int32_are_reported_not_merged():
     with pytest.raises(ValueError, match=r"row 1 has 4294967301.*credax.groups"):
         validate(np.zeros((2, 1), np.float32), np.ones((2, 1), bool), ids)
     assert credax.group_count(ids).tolist() == [1, 1]
+
+
+def _message(error, fn, *args, **kwargs) -> str:
+    with pytest.raises(error) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+F32_MASK = MASK.astype(np.float32)
+
+
+@pytest.mark.parametrize("error, eager, compiled", [
+    (TypeError, lambda: validate(SCORES, F32_MASK, IDS), lambda: credax.best_prior(SCORES, F32_MASK)),
+    (ValueError, lambda: validate(SCORES[0], MASK, IDS), lambda: credax.best_prior(SCORES[0], MASK[0])),
+    (ValueError, lambda: validate(SCORES, MASK, IDS, token_turn=TOKEN_TURN[:1]),
+     lambda: credax.broadcast_to_tokens(SCORES, TOKEN_TURN[:1])),
+    (TypeError, lambda: validate(SCORES, MASK, IDS, token_turn=TOKEN_TURN.astype(np.float32)),
+     lambda: credax.broadcast_to_tokens(SCORES, TOKEN_TURN.astype(np.float32))),
+    (TypeError, lambda: credax.validate_roles(np.zeros((2, 3), np.float32), MASK),
+     lambda: credax.role_credit(np.zeros((2, 3), np.float32), MASK)),
+    (ValueError, lambda: credax.validate_roles(np.zeros(3, np.int32), MASK),
+     lambda: credax.role_credit(np.zeros(3, np.int32), MASK)),
+    (ValueError, lambda: credax.validate_alternatives(np.zeros((2, 4, 2), np.float32), None, SCORES),
+     lambda: credax.counterfactual_credit(SCORES, np.zeros((2, 4, 2), np.float32),
+                                          np.ones((2, 4, 2), bool))),
+    (ValueError, lambda: credax.validate_alternatives(np.zeros((2, 3), np.float32)),
+     lambda: credax.counterfactual_credit(SCORES, np.zeros((2, 3), np.float32), np.ones((2, 3), bool))),
+])
+def test_eager_and_compiled_checks_are_one_rule(error, eager, compiled):
+    # validate_* and the compiled functions check dtypes, shapes and masks with the same
+    # functions (credax._checks): the same bad array is refused with the same words.
+    assert _message(error, eager) == _message(error, compiled)
+
+
+def test_bfloat16_values_pass_as_they_do_in_the_estimators():
+    # The dtype rule is the estimators' own: bfloat16 is a real dtype (it was refused eagerly).
+    r = jnp.array([1.0, 0.0, 0.5], jnp.bfloat16)
+    assert credax.validate_rewards(r, np.array([0, 0, 1])) is None
+    assert validate(jnp.asarray(SCORES, jnp.bfloat16), MASK, IDS) is None
+    assert credax.validate_alternatives(jnp.zeros((2, 3, 2), jnp.bfloat16), None, SCORES) is None
+    with pytest.raises(ValueError, match=r"`rewards` must be finite at valid rows; rewards\[1\]"):
+        credax.validate_rewards(r.at[1].set(jnp.nan), np.array([0, 0, 1]))

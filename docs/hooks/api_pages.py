@@ -34,6 +34,7 @@ TITLES = {
     "_turns": "Turn tools",
     "_tcpo": "TCPO",
     "_triage": "TRIAGE",
+    "_roles": "TRIAGE roles and judge labels",
     "_stepwise": "MT-GRPO and GiGPO",
     "_logprobs": "Token log-probs",
     "_losses": "KL, aggregation and the policy loss",

@@ -10,7 +10,8 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_outcome``  one reward per trajectory: GRPO, Dr. GRPO, RLOO, GDPO, degenerate groups
 * ``_turns``    turn-space tools: best prior, future best, discounts, returns, token broadcast
 * ``_tcpo``     TCPO retrospective / hindsight / counterfactual credit and its composition
-* ``_triage``   TRIAGE roles, role credit, role fitting, judge windows, label parsing
+* ``_triage``   TRIAGE role credit, role fitting, judge windows
+* ``_roles``    TRIAGE's roles on the host: ``Role``, judge labels (``parse_roles``), ``validate_roles``
 * ``_stepwise`` MT-GRPO and GiGPO baselines
 * ``_faca``     FACA: the next user turn's reaction, normalised per segment, added to the outcome
 * ``_turn_baseline`` the turn baseline unbiased under variable turn counts (verl #7244)
@@ -27,7 +28,8 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_logprobs`` token log-probs without a full log-softmax (custom VJP, chunked from hidden states)
 * ``_loss_options`` ``LossOptions``, the one options value of the policy loss (``options=``)
 * ``_losses``   KL estimators, aggregation modes, the clipped policy loss
-* ``_validate`` eager input checks; ``_checks`` trace-time argument checks
+* ``_checks``   the one check vocabulary (dtype, shape and mask rules for traced and host arrays,
+  host value checks); ``_validate`` the eager ``validate_*`` built on it
 * ``_readers``  rollout files: credax's JSONL schema, verl's ``rollout_data_dir`` dump, Tunix's trajectories
 * ``_rollouts`` ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
 * ``_batch``, ``_registry`` the turn batch and the method registry: how to call each public
@@ -92,6 +94,9 @@ from ._redistribute import redistribute_advantages as redistribute_advantages
 from ._reinforce import gpg_advantages as gpg_advantages
 from ._reinforce import reinforce_pp_advantages as reinforce_pp_advantages
 from ._reinforce import reinforce_pp_baseline_advantages as reinforce_pp_baseline_advantages
+from ._roles import Role as Role
+from ._roles import parse_roles as parse_roles
+from ._roles import validate_roles as validate_roles
 from ._rollouts import Buckets as Buckets
 from ._rollouts import PaddedRollouts as PaddedRollouts
 from ._rollouts import Rollout as Rollout
@@ -116,17 +121,14 @@ from ._tcpo import retrospective_credit as retrospective_credit
 from ._tcpo import select_top_surprisal as select_top_surprisal
 from ._tcpo import tcpo_advantages as tcpo_advantages
 from ._triage import TRIAGE_ROLE_CONSTANTS as TRIAGE_ROLE_CONSTANTS
-from ._triage import Role as Role
 from ._triage import RoleFit as RoleFit
 from ._triage import Windows as Windows
 from ._triage import fit_role_constants as fit_role_constants
 from ._triage import judge_windows as judge_windows
 from ._triage import optimal_mixing_weight as optimal_mixing_weight
-from ._triage import parse_roles as parse_roles
 from ._triage import role_credit as role_credit
 from ._triage import scalar_process_advantages as scalar_process_advantages
 from ._triage import triage_advantages as triage_advantages
-from ._triage import validate_roles as validate_roles
 from ._turn_baseline import unbiased_turn_advantages as unbiased_turn_advantages
 from ._turns import best_prior as best_prior
 from ._turns import broadcast_to_tokens as broadcast_to_tokens

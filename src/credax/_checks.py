@@ -1,10 +1,14 @@
-"""Trace-time argument checks shared by every module.
+"""The argument checks of every module: one vocabulary for trace time and for the eager checks.
 
-These run while JAX traces a function, so they see shapes, dtypes and static options but never
-values. They are free under ``jit`` (they run once per compilation) and raise ``ValueError`` or
-``TypeError`` naming the argument, what was expected and what was found (optax's ``utils.py``
-style). Value checks (NaN, ranges, prefix masks, id overflow) need concrete arrays and live in the
-eager ``validate_*`` functions of ``_validate.py``.
+The dtype, shape and mask rules (:func:`check_real`, :func:`check_int`, :func:`check_mask`,
+:func:`check_ndim`, :func:`check_shape`) read only ``.dtype`` and ``.shape``, so one function
+serves a traced array inside a compiled body and a concrete NumPy array in the eager
+``validate_*`` functions: a rule is written once and says the same thing on both paths. At trace
+time they are free under ``jit`` (they run once per compilation). Value checks need concrete
+arrays; they are the host section at the end (:func:`host_array`, :func:`check_prefix_mask`,
+...), used by ``_validate`` (``validate_turns``, ...), ``_roles`` (``validate_roles``) and the
+host-side bridges (``credax.tunix``). Every check raises ``ValueError`` or ``TypeError`` naming
+the argument, what was expected and what was found (optax's ``utils.py`` style).
 """
 
 from __future__ import annotations
@@ -136,45 +140,65 @@ def check_host_range(x, name: str) -> None:
                 "indices, role codes, token ids) must fit in int32.")
 
 
-def as_float_array(x, name: str) -> jax.Array:
-    """``x`` as an array of a real numeric dtype (float, int or bool), else ``TypeError``."""
-    reject_torch(x, name)
-    x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # asarray returns an Array as is
-    if not (
-        jnp.issubdtype(x.dtype, jnp.floating)
-        or jnp.issubdtype(x.dtype, jnp.integer)
-        or x.dtype == jnp.bool_
-    ):
-        raise TypeError(f"`{name}` must be a real numeric array; got dtype {x.dtype}.")
-    return x
+def check_real(x, name: str, *, bool_ok: bool = True) -> None:
+    """``TypeError`` unless ``x`` (NumPy or JAX, concrete or traced) has a real numeric dtype:
+    floating (bfloat16 included), integer, or bool when ``bool_ok``."""
+    dtype = x.dtype
+    if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+            or (bool_ok and dtype == jnp.bool_)):
+        raise TypeError(f"`{name}` must be a real numeric array; got dtype {dtype}.")
 
 
-def as_mask(mask, name: str, shape: Sequence[int]) -> jax.Array:
-    """A boolean mask of exactly ``shape``; ``None`` means all true.
+def check_int(x, name: str, what: str = "an integer array") -> None:
+    """``TypeError`` unless ``x`` (NumPy or JAX, concrete or traced) has an integer dtype (bool
+    is not an integer here)."""
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(f"`{name}` must be {what}; got dtype {x.dtype}.")
+
+
+def check_mask(mask, name: str, shape: Sequence[int] | None = None, like: str | None = None
+               ) -> None:
+    """``mask`` (NumPy or JAX, concrete or traced) is boolean and, when ``shape`` is given, of
+    exactly that shape (``like``: the argument whose shape it must share, named in the message).
 
     Masks must be boolean: a float 0/1 "mask" multiplied into values is how NaN leaks through
     padding (NaN * 0 is NaN), so credax refuses it rather than guessing.
     """
-    shape = tuple(shape)
-    if mask is None:
-        return jnp.ones(shape, dtype=bool)
-    reject_torch(mask, name)
-    mask = mask if isinstance(mask, jax.Array) else jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         raise TypeError(
             f"`{name}` must be a boolean array (true = real entry); got dtype {mask.dtype}. "
             f"Convert with `{name}.astype(bool)`."
         )
-    if mask.shape != shape:
-        raise ValueError(f"`{name}` must have shape {shape}; got {mask.shape}.")
+    if shape is not None and mask.shape != tuple(shape):
+        same = f" (same as `{like}`)" if like else ""
+        raise ValueError(f"`{name}` must have shape {tuple(shape)}{same}; got {mask.shape}.")
+
+
+def as_array(x, name: str) -> jax.Array:
+    """``x`` as a JAX array (an Array as it is); a torch tensor is refused by name."""
+    reject_torch(x, name)
+    return x if isinstance(x, jax.Array) else jnp.asarray(x)
+
+
+def as_float_array(x, name: str) -> jax.Array:
+    """``x`` as an array of a real numeric dtype (float, int or bool), else ``TypeError``."""
+    x = as_array(x, name)
+    check_real(x, name)
+    return x
+
+
+def as_mask(mask, name: str, shape: Sequence[int]) -> jax.Array:
+    """A boolean mask of exactly ``shape`` (:func:`check_mask`); ``None`` means all true."""
+    if mask is None:
+        return jnp.ones(tuple(shape), dtype=bool)
+    mask = as_array(mask, name)
+    check_mask(mask, name, shape)
     return mask
 
 
-def as_int_array(x, name: str) -> jax.Array:
-    reject_torch(x, name)
-    x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # asarray returns an Array as is
-    if not jnp.issubdtype(x.dtype, jnp.integer):
-        raise TypeError(f"`{name}` must be an integer array; got dtype {x.dtype}.")
+def as_int_array(x, name: str, what: str = "an integer array") -> jax.Array:
+    x = as_array(x, name)
+    check_int(x, name, what)
     return x
 
 
@@ -188,6 +212,12 @@ def check_ndim(x: jax.Array, name: str, ndim: int | Sequence[int], layout: str) 
 def check_shape(x: jax.Array, name: str, shape: Sequence[int], layout: str) -> None:
     if x.shape != tuple(shape):
         raise ValueError(f"`{name}` must have shape {layout} = {tuple(shape)}; got {x.shape}.")
+
+
+def check_leading(x, name: str, leading: Sequence[int], layout: str, what: str) -> None:
+    """``x.shape`` starts with ``leading`` (``what`` says which axes, e.g. ``"B=4"``)."""
+    if x.shape[:len(leading)] != tuple(leading):
+        raise ValueError(f"`{name}` must have shape {layout} with {what}; got {x.shape}.")
 
 
 def check_option(value, name: str, allowed: Sequence) -> None:
@@ -253,13 +283,77 @@ def clip_closed(x: jax.Array, lo, hi) -> jax.Array:
     return jnp.where(inside, x, jax.lax.stop_gradient(jnp.clip(x, lo, hi)))
 
 
-def as_index_array(x, name: str) -> jax.Array:
-    """An integer index array (tokens, turn maps, role codes) widened to at least int32.
+def widen_index(x: jax.Array) -> jax.Array:
+    """An integer index array widened to at least int32 (64-bit indices stay 64-bit).
 
     Narrow dtypes wrap: an int16 token id compared with a vocabulary of 32768, or an int8 turn map
     offset by ``b * K``, overflows silently (and the backward one-hot iota would wrap too). Every
-    index is widened before any arithmetic; 64-bit indices stay 64-bit.
+    index is widened before any arithmetic.
     """
-    x = as_int_array(x, name)
     wide = jnp.int64 if x.dtype.itemsize == 8 else jnp.int32
     return x if x.dtype == wide else x.astype(wide)
+
+
+def as_index_array(x, name: str, what: str = "an integer array") -> jax.Array:
+    """An integer index array (tokens, turn maps, role codes) widened to at least int32
+    (:func:`widen_index`)."""
+    return widen_index(as_int_array(x, name, what))
+
+
+# --------------------------------------------------------------------------------------------
+# Host side: value checks on concrete arrays (the eager validate_* functions, not under jit).
+# --------------------------------------------------------------------------------------------
+
+EAGER = ("validate_* functions check concrete values and must be called outside jit (in the data "
+         "pipeline)")
+
+
+def host_array(x, name: str, why: str = EAGER) -> np.ndarray:
+    """``x`` as a NumPy array; a traced value is refused (``why``: what needs concrete values)."""
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError(f"`{name}` is a traced value: {why}.")
+    return np.asarray(x)
+
+
+def first_index(where: np.ndarray) -> tuple[int, ...]:
+    """The index of the first true entry of ``where`` (row-major), as Python ints."""
+    return tuple(int(i) for i in np.argwhere(where)[0])
+
+
+def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask",
+                      row_mask: np.ndarray | None = None) -> None:
+    """Valid turns must form a prefix of each row, and every real row needs at least one.
+
+    With ``row_mask`` (``bool[B]``, true = real row), padding rows must have no valid turn (the
+    layout :func:`credax.pad_rollouts` writes) and are exempt from the at-least-one rule.
+    """
+    if row_mask is not None:
+        stray = ~row_mask[:, None] & turn_mask
+        if stray.any():
+            b, k = first_index(stray)
+            raise ValueError(f"`{name}` must be all false on padding rows (`row_mask` false); row "
+                             f"{b} is padding but has a valid turn at index {k}.")
+    gap = turn_mask[:, 1:] & ~turn_mask[:, :-1]
+    if gap.any():
+        b, k = first_index(gap)
+        raise ValueError(
+            f"`{name}` must be prefix-contiguous (valid turns first, then padding); row {b} has a "
+            f"valid turn at index {k + 1} after a padded turn at index {k}."
+        )
+    empty = ~turn_mask.any(axis=1)
+    if row_mask is not None:
+        empty &= row_mask
+    if empty.any():
+        hint = "" if row_mask is not None else (
+            " (padding rows from `credax.pad_rollouts`? pass `row_mask=` or the PaddedRollouts)")
+        raise ValueError(f"`{name}`: every row needs at least one valid turn; row "
+                         f"{int(np.argmax(empty))} has none{hint}.")
+
+
+def row_mask_array(row_mask, batch: int, like: str) -> np.ndarray | None:
+    """``row_mask`` as a checked ``bool[B]`` host array, or None."""
+    if row_mask is None:
+        return None
+    r = host_array(row_mask, "row_mask")
+    check_mask(r, "row_mask", (batch,), like=like)
+    return r

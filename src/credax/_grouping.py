@@ -19,12 +19,7 @@ from jaxtyping import Array, Bool, Float, Int
 from . import _api, _checks
 from ._group_ids import Groups, groups, host_state_ids
 from ._group_stats import group_stats, prepare, segment_stats
-from ._normalization import (
-    MOVED_TO_NORMALIZATION,
-    Normalization,
-    as_normalization,
-    check_normalization,
-)
+from ._normalization import MOVED_TO_NORMALIZATION, Normalization, as_normalization
 
 
 def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: bool = False):
@@ -53,11 +48,10 @@ def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: b
 def normalization_or(given: Normalization | None, default: Normalization | None = None
                      ) -> Normalization:
     """The ``normalization`` an estimator body applies: the caller's, else ``default`` (else
-    ``Normalization()``). Inside the trace a given value has been unflattened, so it is checked
-    again (fields only; a traced ``eps`` is left to the NaN guard of the normalisation)."""
-    if given is None:
-        return Normalization() if default is None else default
-    return check_normalization(given)
+    ``Normalization()``). Inside the trace a given value has been unflattened, so it goes through
+    :func:`as_normalization` again (fields only; a traced ``eps`` is left to the NaN guard of the
+    normalisation)."""
+    return as_normalization(given, default=Normalization() if default is None else default)
 
 
 def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normalization, *,

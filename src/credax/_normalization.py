@@ -103,7 +103,7 @@ class Normalization:
     """
 
     # `_checked`: built by the constructor (or a copy), so its fields need no check on use;
-    # tree_unflatten builds unchecked values (see check_normalization).
+    # tree_unflatten builds unchecked values (see as_normalization).
     __slots__ = (*NORMALIZE_KEYS, "_checked")
     # The keyword an options value belongs to: given for another argument (a preset passed
     # positionally lands on `mask`), the public entry names both (`_api._misplaced_option`).
@@ -142,9 +142,7 @@ class Normalization:
                 "removed. Replacement: with scale='none' it returns x unchanged, use "
                 "`jnp.where(mask, x, 0)`; an uncentred std division has no replacement."
             )
-        for key, value in zip(NORMALIZE_KEYS, values, strict=True):
-            object.__setattr__(self, key, value)
-        object.__setattr__(self, "_checked", True)
+        _set(self, values, checked=True)
 
     def __reduce__(self):
         # copy, deepcopy and pickle rebuild through the checks (no second deprecation warning);
@@ -200,8 +198,7 @@ class Normalization:
     def tree_unflatten(cls, static, children):
         # No check here (and no second warning): under a transformation `eps` may be a tracer or
         # a sentinel. A rebuilt value (tree_map, hand-made aux data) is checked where it is used:
-        # every estimator passes its `normalization` through check_normalization first.
-        out = object.__new__(cls)
+        # every estimator passes its `normalization` through as_normalization first.
         keys = [k for k in NORMALIZE_KEYS if k != "eps"]
         if len(tuple(static)) != len(keys) or len(tuple(children)) != 1:
             # Hand-made aux data (tree_unflatten with another tree's treedef, a stale pickle):
@@ -210,15 +207,41 @@ class Normalization:
                              f"{len(keys)} static fields {keys} and the children the one leaf "
                              f"`eps`; got {len(tuple(static))} fields and {len(tuple(children))} "
                              "children.")
-        for key, value in zip(keys, static, strict=True):
-            object.__setattr__(out, key, value)
-        object.__setattr__(out, "eps", children[0])
-        object.__setattr__(out, "_checked", False)
-        return out
+        center, scale, ddof, eps_mode, singleton, leave_one_out = static
+        values = (center, scale, ddof, children[0], eps_mode, singleton, leave_one_out)
+        return _set(object.__new__(cls), values, checked=False)
 
 
-def _check_eps(eps) -> None:
-    """``eps`` is a non-negative finite real scalar (concrete) or a traced real scalar."""
+def _set(norm: Normalization, values: tuple, *, checked: bool) -> Normalization:
+    """Write the fields of ``norm`` (in ``NORMALIZE_KEYS`` order); ``checked``: they passed
+    :func:`_checked_fields`, so :func:`as_normalization` trusts them."""
+    for key, value in zip(NORMALIZE_KEYS, values, strict=True):
+        object.__setattr__(norm, key, value)
+    object.__setattr__(norm, "_checked", checked)
+    return norm
+
+
+def _checked_fields(values: tuple) -> tuple:
+    """The fields of a Normalization checked: the one place its rules are written. Every way to
+    get a Normalization goes through it: the constructor (``replace`` too), copies and pickles
+    (:func:`_rebuild_normalization`) when they are built, an unflattened value (``tree_map``, a
+    transformation's output) when :func:`as_normalization` meets it at a call. No warnings here:
+    deprecated spellings are allowed and warned about by the constructor only.
+
+    ``eps`` is a non-negative finite real scalar when concrete; a traced ``eps`` only needs a real
+    dtype (its value is checked by no one: the normalisation's NaN guard covers it).
+    """
+    center, scale, ddof, eps, eps_mode, singleton, leave_one_out = values
+    _checks.check_option(scale, "scale", SCALE_MODES)
+    _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
+    _checks.check_option(singleton, "singleton", (*SINGLETON_MODES, "center"))
+    if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
+        raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
+                        f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
+    ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
+    if ddof > _DDOF_MAX:  # counts are int32: a larger ddof overflows inside the trace
+        raise ValueError(f"`ddof` must be <= {_DDOF_MAX} (counts are int32; any ddof >= the "
+                         f"set size already makes every set a singleton); got {ddof}.")
     if isinstance(eps, jax.core.Tracer):
         kind = eps.dtype
     elif type(eps) is float or type(eps) is int:
@@ -238,57 +261,36 @@ def _check_eps(eps) -> None:
     value = _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
     if value is not None and not isinstance(eps, jax.Array):  # a JAX array was narrowed already
         _checks.check_float32(value, "eps")  # 1e39 would be inf in the float32 statistics
-
-
-def _checked_fields(values: tuple) -> tuple:
-    """The fields of a Normalization, checked as the constructor checks them (no warnings:
-    deprecated spellings are allowed here and warned about by the constructor only)."""
-    center, scale, ddof, eps, eps_mode, singleton, leave_one_out = values
-    _checks.check_option(scale, "scale", SCALE_MODES)
-    _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
-    _checks.check_option(singleton, "singleton", (*SINGLETON_MODES, "center"))
-    if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
-        raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
-                        f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
-    ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
-    if ddof > _DDOF_MAX:  # counts are int32: a larger ddof overflows inside the trace
-        raise ValueError(f"`ddof` must be <= {_DDOF_MAX} (counts are int32; any ddof >= the "
-                         f"set size already makes every set a singleton); got {ddof}.")
-    _check_eps(eps)
     return center, scale, ddof, eps, eps_mode, singleton, leave_one_out
 
 
 def _rebuild_normalization(values: tuple) -> Normalization:
     """A Normalization from its field values, checked (copy, deepcopy and pickle use it)."""
-    out = object.__new__(Normalization)
-    for key, value in zip(NORMALIZE_KEYS, _checked_fields(values), strict=True):
-        object.__setattr__(out, key, value)
-    object.__setattr__(out, "_checked", True)
-    return out
+    return _set(object.__new__(Normalization), _checked_fields(values), checked=True)
 
 
-def check_normalization(norm: Normalization) -> Normalization:
-    """``norm`` checked as the constructor checks it, for a value that may not come from the
-    constructor: ``tree_unflatten`` (``tree_map``, a transformation's output) sets the fields
-    without any check, since JAX unflattens with tracers and sentinels. A value the constructor
-    (or ``replace``, a copy, a pickle) built is checked already and returned as it is, so an
-    ordinary call pays one attribute read; a traced ``eps`` is left as it is."""
-    if not norm._checked:
-        _checked_fields(tuple(getattr(norm, k) for k in NORMALIZE_KEYS))
-    return norm
+def as_normalization(value, name: str = "normalization", *, default: Normalization | None = None
+                     ) -> Normalization | None:
+    """``value`` checked as the ``normalization=`` argument of an estimator: a
+    :class:`Normalization`, or ``None`` (``default``: the estimator's own). The public entry
+    converts the argument with it on the host before tracing; the bodies call it again inside the
+    trace (``_grouping.normalization_or``), where the value has been unflattened.
 
-
-def as_normalization(value, name: str = "normalization") -> Normalization | None:
-    """``value`` checked as the ``normalization=`` argument of an estimator, on the host before
-    tracing: a :class:`Normalization` (checked), or ``None`` (the estimator's own default).
+    A value the constructor built (or ``replace``, a copy, a pickle) was checked then and is
+    returned as it is, so an ordinary call pays one attribute read; one that ``tree_unflatten``
+    built (``tree_map``, a transformation's output, hand-made aux data) is checked by
+    :func:`_checked_fields` here, at every call.
 
     Raises:
       TypeError: anything else, naming ``name`` (a dict of fields, a preset's name, a loss preset).
+      ValueError: an unflattened value whose fields break the constructor's rules.
     """
     if value is None:
-        return None
+        return default
     if isinstance(value, Normalization):
-        return check_normalization(value)
+        if not value._checked:
+            _checked_fields(tuple(getattr(value, k) for k in NORMALIZE_KEYS))
+        return value
     hint = (" (a mapping is not accepted: build `credax.Normalization(**fields)`)"
             if hasattr(value, "keys") else "")
     raise TypeError(f"`{name}` must be a credax.Normalization (e.g. credax.presets.VERL) or None; "

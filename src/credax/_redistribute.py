@@ -27,7 +27,7 @@ def _check_weights(arguments) -> None:
         return  # shapes and dtypes are checked (and named) in the body
     bad = m & ~(np.isfinite(w) & (w >= 0))
     if bad.any():
-        b, k = (int(i) for i in np.argwhere(bad)[0])
+        b, k = _checks.first_index(bad)
         raise ValueError(f"`weights` must be >= 0 and finite on valid turns; got {w[b, k]} at "
                          f"row {b}, turn {k} ({int(bad.sum())} such turns).")
 

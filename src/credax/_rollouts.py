@@ -44,7 +44,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ._group_ids import Groups, exact_id
-from ._triage import parse_roles
+from ._roles import parse_roles
 
 _INT32_MAX = np.iinfo(np.int32).max
 _SEQ = (list, tuple)

@@ -171,14 +171,18 @@ def _counterfactual(s, alt, alt_mask):
     return Counterfactual(credit=credit, alt_mean=alt_mean, alt_count=count, informative=informative)
 
 
+def check_alternatives_shape(alt, batch_turns=None, name="alt_scores") -> None:
+    """``alt`` (NumPy or JAX, concrete or traced) is ``[B, K, M]``, its ``[B, K]`` that of
+    ``scores`` when ``batch_turns`` is given: the rule of TCPO and of ``validate_alternatives``."""
+    _checks.check_ndim(alt, name, 3, "[B, K, M]")
+    if batch_turns is not None:
+        _checks.check_leading(alt, name, batch_turns, "[B, K, M]",
+                              f"[B, K] = {tuple(batch_turns)} (the shape of `scores`)")
+
+
 def _check_alternatives(alt_scores, alt_mask, batch_turns, name="alt_scores"):
     alt = _checks.as_float_array(alt_scores, name)
-    _checks.check_ndim(alt, name, 3, "[B, K, M]")
-    if alt.shape[:2] != tuple(batch_turns):
-        raise ValueError(
-            f"`{name}` must have shape [B, K, M] with [B, K] = {tuple(batch_turns)} (the shape of "
-            f"`scores`); got {alt.shape}."
-        )
+    check_alternatives_shape(alt, batch_turns, name)
     alt_mask = _checks.as_mask(alt_mask, "alt_mask", alt.shape)
     return alt, alt_mask
 

@@ -34,13 +34,11 @@ task) and want to check whether their judge helps.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
@@ -49,31 +47,12 @@ from ._group_ids import Groups
 from ._group_stats import segment_stats
 from ._grouping import normalization_or, normalize_with_groups
 from ._normalization import MOVED_TO_NORMALIZATION, Normalization, as_normalization
-from ._validate import check_bool_mask, check_prefix_mask, host_array, row_mask_array
-
-
-class Role(enum.IntEnum):
-    """The four TRIAGE turn roles; the integer code ``-1`` means unlabeled.
-
-    * ``DECISIVE`` (0): verifiable progress toward the goal.
-    * ``EXPLORATION`` (1): changes the information state without completing anything yet.
-    * ``NO_PROGRESS`` (2): harmless infrastructure (listing, re-reading, formatting).
-    * ``REGRESSION`` (3): damages the state, or repeats without gaining information.
-    """
-
-    DECISIVE = 0
-    EXPLORATION = 1
-    NO_PROGRESS = 2
-    REGRESSION = 3
-
-
-NUM_ROLES = len(Role)
-UNLABELED = -1
+from ._roles import NUM_ROLES, check_roles
 
 TRIAGE_ROLE_CONSTANTS = (1.0, 0.5, -0.1, -0.5)
+"""``(c_D, c_E, c_N, c_R)``, indexed by :class:`Role`: the paper's constants, fixed across tasks."""
 # The opt-in batch whitening of triage_advantages: the population std, +1e-8 (TRIAGE v3's form).
 WHITEN = Normalization(ddof=0, eps=1e-8)
-"""``(c_D, c_E, c_N, c_R)``, indexed by :class:`Role`: the paper's constants, fixed across tasks."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,11 +61,9 @@ WHITEN = Normalization(ddof=0, eps=1e-8)
 
 
 def _check_roles(roles, shape: tuple[int, ...] | None = None) -> jax.Array:
-    roles = _checks.as_index_array(roles, "roles")
-    _checks.check_ndim(roles, "roles", 2, "[B, K]")
-    if shape is not None:
-        _checks.check_shape(roles, "roles", shape, "[B, K]")
-    return roles
+    roles = _checks.as_array(roles, "roles")
+    check_roles(roles, shape)
+    return _checks.widen_index(roles)
 
 
 def _check_outcome_advantages(outcome_advantages, batch: int) -> jax.Array:
@@ -510,10 +487,8 @@ def judge_windows(
       Xu et al. 2026, TRIAGE (arXiv 2606.32017): the judge sees the segment and at most 5 preceding
       and 5 following action-observation pairs, not the verifier outcome.
     """
-    turn_mask = jnp.asarray(turn_mask)
-    if turn_mask.dtype != jnp.bool_:
-        raise TypeError(f"`turn_mask` must be a boolean array (true = real turn); got dtype "
-                        f"{turn_mask.dtype}.")
+    turn_mask = _checks.as_array(turn_mask, "turn_mask")
+    _checks.check_mask(turn_mask, "turn_mask")
     _checks.check_ndim(turn_mask, "turn_mask", 2, "[B, K]")
     before = _checks.check_static_int(before, "before")
     after = _checks.check_static_int(after, "after")
@@ -536,196 +511,3 @@ def judge_windows(
         position, jnp.clip(target, 0, num_turns - 1).reshape(batch, num_turns * width), axis=1
     ).reshape(batch, num_turns, width)
     return Windows(jnp.where(valid, picked, -1), valid)
-
-
-# --------------------------------------------------------------------------------------------
-# Host side: judge labels in, eager checks.
-# --------------------------------------------------------------------------------------------
-
-# Normalised spelling -> code. Labels are normalised by stripping, case-folding and reading "-" and
-# "_" as spaces (runs of spaces collapse), so "No-Progress", " no_progress " and "NO PROGRESS" meet.
-_SPELLINGS = {
-    "d": Role.DECISIVE,
-    "decisive": Role.DECISIVE,
-    "decisive progress": Role.DECISIVE,
-    "e": Role.EXPLORATION,
-    "exploration": Role.EXPLORATION,
-    "useful exploration": Role.EXPLORATION,
-    "n": Role.NO_PROGRESS,
-    "no progress": Role.NO_PROGRESS,
-    "no progress infrastructure": Role.NO_PROGRESS,
-    "r": Role.REGRESSION,
-    "regression": Role.REGRESSION,
-}
-_ON_UNKNOWN = ("raise", "unlabeled")
-
-
-def _normalise_label(label: str) -> str:
-    return " ".join(label.replace("-", " ").replace("_", " ").split()).casefold()
-
-
-def _label_code(label, row: int, turn: int, on_unknown: str) -> int:
-    if label is None:
-        return UNLABELED
-    code = None
-    # bool is an int subclass: True must not silently become EXPLORATION.
-    if isinstance(label, int | np.integer) and not isinstance(label, bool | np.bool_):
-        if UNLABELED <= int(label) < NUM_ROLES:
-            code = int(label)
-    elif isinstance(label, str):
-        role = _SPELLINGS.get(_normalise_label(label))
-        code = None if role is None else int(role)
-    if code is not None:
-        return code
-    if on_unknown == "unlabeled":
-        return UNLABELED
-    raise ValueError(
-        f"`labels`: unknown role label {label!r} at row {row}, turn {turn}. Expected D/E/N/R, "
-        "decisive [progress], [useful] exploration, no progress [infrastructure], regression "
-        "(any case; '-', '_' or spaces), an integer code in [-1, 4), a Role, or None for "
-        "unlabeled. Pass on_unknown='unlabeled' to map unknown labels to -1."
-    )
-
-
-def parse_roles(
-    labels,
-    *,
-    num_turns: int | None = None,
-    on_unknown: str = "raise",
-) -> np.ndarray:
-    """Judge outputs to role codes, on the host: ``int32[B, num_turns]``, ``-1`` = unlabeled.
-
-    ``labels`` holds one sequence of labels per trajectory (rows may be ragged). Each label is
-    stripped of surrounding whitespace, case-folded, and ``-``/``_`` read as spaces (runs of
-    spaces collapse), then matched against these spellings:
-
-    ========================  =============================================================
-    code                      accepted spellings (after normalisation)
-    ========================  =============================================================
-    ``0`` DECISIVE            ``d``, ``decisive``, ``decisive progress``
-    ``1`` EXPLORATION         ``e``, ``exploration``, ``useful exploration``
-    ``2`` NO_PROGRESS         ``n``, ``no progress``, ``no progress infrastructure``
-    ``3`` REGRESSION          ``r``, ``regression``
-    ``-1`` unlabeled          ``None``
-    ========================  =============================================================
-
-    So ``"D"``, ``" decisive "``, ``"Decisive progress"``, ``"decisive_progress"``,
-    ``"DECISIVE-PROGRESS"``, ``"useful exploration"``, ``"No progress"``, ``"no-progress"``,
-    ``"no_progress"``, ``"no-progress infrastructure"``, ``"NO_PROGRESS"`` (the :class:`Role` names)
-    and ``"Regression"`` all parse. Integers in ``[-1, 4)`` (Python or NumPy ints, and :class:`Role`
-    members) pass through. Nothing else is guessed: other strings (including ``""``, digit strings
-    and trailing punctuation such as ``"D."``), booleans, floats (NaN included) and integers outside
-    ``[-1, 4)`` are unknown labels.
-
-    Rows shorter than the width are padded with ``-1`` at the end (pair the result with your
-    ``turn_mask``: labels at padded turns are ignored by every function).
-
-    Args:
-      labels: a sequence of rows (lists, tuples or 1-D arrays; a 2-D array works too), each a
-        sequence of labels. A row given as a bare string is refused (it would be read character by
-        character): wrap a single trajectory as ``[labels]``.
-      num_turns: width ``K`` of the result; ``None``: the longest row.
-      on_unknown: ``"raise"`` (default) raises on an unknown label; ``"unlabeled"`` maps it to
-        ``-1`` (plain ``A_i`` for that turn, as a missing judge answer).
-
-    Returns:
-      ``np.ndarray`` of dtype int32 and shape ``[B, num_turns]`` (``[B, longest row]``).
-
-    Raises:
-      ValueError: an unknown label (naming row, turn and label) with ``on_unknown="raise"``; a row
-        longer than ``num_turns``; an unknown ``on_unknown``; a negative ``num_turns``.
-      TypeError: ``labels`` or one of its rows is a string or not a sequence; ``num_turns`` is not
-        an int.
-
-    Examples:
-      >>> import credax
-      >>> credax.parse_roles([["D", " exploration", "No-Progress infrastructure"], ["regression", None]])
-      array([[ 0,  1,  2],
-             [ 3, -1, -1]], dtype=int32)
-      >>> credax.parse_roles([["E", "maybe?"]], num_turns=3, on_unknown="unlabeled")
-      array([[ 1, -1, -1]], dtype=int32)
-      >>> credax.parse_roles([["E", "maybe?"]])
-      Traceback (most recent call last):
-      ...
-      ValueError: `labels`: unknown role label 'maybe?' at row 0, turn 1. Expected D/E/N/R, ...
-    """
-    _checks.check_option(on_unknown, "on_unknown", _ON_UNKNOWN)
-    if num_turns is not None:
-        num_turns = _checks.check_static_int(num_turns, "num_turns")
-    if isinstance(labels, str | bytes) or not _is_sequence(labels):
-        raise TypeError(f"`labels` must be a sequence of rows (one per trajectory); got "
-                        f"{type(labels).__name__}.")
-    if not isinstance(labels, Sequence | np.ndarray):
-        labels = np.asarray(labels)  # e.g. a JAX array of codes: its elements become NumPy ints
-    codes = []
-    for b, row in enumerate(labels):
-        if isinstance(row, str | bytes) or not _is_sequence(row):
-            raise TypeError(
-                f"`labels` row {b} must be a sequence of labels; got {type(row).__name__} "
-                f"{row!r}. Wrap a single trajectory as [labels]."
-            )
-        codes.append([_label_code(label, b, k, on_unknown) for k, label in enumerate(row)])
-    width = num_turns if num_turns is not None else max((len(r) for r in codes), default=0)
-    out = np.full((len(codes), width), UNLABELED, dtype=np.int32)
-    for b, row in enumerate(codes):
-        if len(row) > width:
-            raise ValueError(f"`labels` row {b} has {len(row)} labels, more than "
-                             f"num_turns={width}.")
-        out[b, : len(row)] = row
-    return out
-
-
-def _is_sequence(x) -> bool:
-    if isinstance(x, Sequence):
-        return True
-    # NumPy (and JAX) arrays of labels or codes: rows are their first axis.
-    return hasattr(x, "__array__") and np.ndim(x) >= 1
-
-
-def validate_roles(roles, turn_mask, *, row_mask=None) -> None:
-    """Check role codes eagerly (not under ``jit``), raising with the argument's name.
-
-    ``row_mask`` (``bool[B]``, true = real row, as ``RolloutBatch.row_mask``): padding rows from
-    :func:`credax.pad_rollouts` must have no valid turn and are exempt from the at-least-one-turn
-    rule, as in :func:`credax.validate_turns`.
-
-    Checks:
-
-    * ``roles`` is an integer ``[B, K]`` array and ``turn_mask`` a ``bool[B, K]`` of the same shape;
-    * every code at a valid turn lies in ``[-1, 4)`` (``-1`` = unlabeled). The compiled functions
-      treat an out-of-range code as unlabeled, which hides a broken judge pipeline: this is where
-      it is caught;
-    * ``turn_mask`` is prefix-contiguous and every row has a valid turn (as ``validate_turns``).
-
-    Codes at padded turns are **ignored**, whatever they are (``-100``, stale labels, ...): every
-    function treats padded turns as absent, so they cannot matter.
-
-    Raises:
-      TypeError: non-integer ``roles``, non-boolean ``turn_mask``, or a traced input.
-      ValueError: wrong shapes, an out-of-range code at a valid turn, or a bad ``turn_mask``.
-
-    Examples:
-      >>> import numpy as np, credax
-      >>> mask = np.array([[True, True, False]])
-      >>> credax.validate_roles(np.array([[0, -1, 99]]), mask)   # 99 sits on a padded turn
-      >>> credax.validate_roles(np.array([[0, 4, -1]]), mask)
-      Traceback (most recent call last):
-      ...
-      ValueError: `roles` must hold codes in [-1, 4) (Role values, ...) at valid turns; roles[0, 1] = 4.
-    """
-    r = host_array(roles, "roles")
-    if r.dtype == object or not np.issubdtype(r.dtype, np.integer):
-        raise TypeError(f"`roles` must be an integer array of Role codes; got dtype {r.dtype}.")
-    if r.ndim != 2:
-        raise ValueError(f"`roles` must be 2-D, shape [B, K]; got shape {r.shape}.")
-    m = host_array(turn_mask, "turn_mask")
-    check_bool_mask(m, "turn_mask", r.shape, like="roles")
-    bad = m & ((r < UNLABELED) | (r >= NUM_ROLES))
-    if bad.any():
-        b, k = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"`roles` must hold codes in [-1, {NUM_ROLES}) (Role values, -1 = unlabeled) at valid "
-            f"turns; roles[{b}, {k}] = {r[b, k]}."
-        )
-    check_prefix_mask(m, row_mask=row_mask_array(row_mask, r.shape[0], like="roles"))
-

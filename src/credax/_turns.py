@@ -266,12 +266,18 @@ def gather_turns(turn_values: jax.Array, token_turn: jax.Array) -> jax.Array:
     return jnp.where(inside, picked, jnp.zeros_like(picked))
 
 
-def check_token_turn(token_turn, batch: int, name: str = "token_turn") -> jax.Array:
-    token_turn = _checks.as_index_array(token_turn, name)
+def check_token_turn_shape(token_turn, batch: int, name: str = "token_turn") -> None:
+    """``token_turn`` (NumPy or JAX, concrete or traced) is an integer ``[B, T]`` with ``B =
+    batch``: the rule of the compiled functions and of ``validate_turns``."""
+    _checks.check_int(token_turn, name)
     _checks.check_ndim(token_turn, name, 2, "[B, T]")
-    if token_turn.shape[0] != batch:
-        raise ValueError(f"`{name}` must have shape [B, T] with B={batch}; got {token_turn.shape}.")
-    return token_turn
+    _checks.check_leading(token_turn, name, (batch,), "[B, T]", f"B={batch}")
+
+
+def check_token_turn(token_turn, batch: int, name: str = "token_turn") -> jax.Array:
+    token_turn = _checks.as_array(token_turn, name)
+    check_token_turn_shape(token_turn, batch, name)
+    return _checks.widen_index(token_turn)
 
 
 @jit_public(replicate=True)

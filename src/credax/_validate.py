@@ -4,72 +4,26 @@ The compiled functions check shapes and dtypes at trace time but cannot look at 
 functions do, on concrete arrays, once per batch in the data pipeline: they raise ``TypeError`` for
 a wrong kind of array and ``ValueError`` for wrong values, naming the argument, what was expected
 and what was found (with the first offending position). They return ``None`` when all is well.
+Their dtype, shape and mask rules are the compiled functions' own (``_checks``: one function per
+rule for traced and host arrays), so both paths refuse the same arrays with the same words.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _checks
+from ._checks import check_mask, check_prefix_mask, first_index, host_array, row_mask_array
+from ._group_ids import Groups
+from ._rollouts import PaddedRollouts, RolloutBatch
+from ._tcpo import check_alternatives_shape
+from ._turns import check_token_turn_shape
+
 _INT32 = np.iinfo(np.int32)
-
-
-def host_array(x, name: str) -> np.ndarray:
-    """``x`` as a NumPy array; a traced value is refused (these checks need concrete values)."""
-    import jax
-
-    if isinstance(x, jax.core.Tracer):
-        raise TypeError(
-            f"`{name}` is a traced value: validate_* functions check concrete values and must "
-            "be called outside jit (in the data pipeline)."
-        )
-    return np.asarray(x)
-
-
-def _first(where: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argwhere(where)[0])
-
-
-def check_bool_mask(mask: np.ndarray, name: str, shape: tuple[int, ...], like: str = "scores") -> None:
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`{name}` must be a boolean array (true = real turn); got dtype {mask.dtype}.")
-    if mask.shape != shape:
-        raise ValueError(f"`{name}` must have shape {shape} (same as `{like}`); got {mask.shape}.")
-
-
-def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask",
-                      row_mask: np.ndarray | None = None) -> None:
-    """Valid turns must form a prefix of each row, and every real row needs at least one.
-
-    With ``row_mask`` (``bool[B]``, true = real row), padding rows must have no valid turn (the
-    layout :func:`credax.pad_rollouts` writes) and are exempt from the at-least-one rule.
-    """
-    if row_mask is not None:
-        stray = ~row_mask[:, None] & turn_mask
-        if stray.any():
-            b, k = _first(stray)
-            raise ValueError(f"`{name}` must be all false on padding rows (`row_mask` false); row "
-                             f"{b} is padding but has a valid turn at index {k}.")
-    gap = turn_mask[:, 1:] & ~turn_mask[:, :-1]
-    if gap.any():
-        b, k = _first(gap)
-        raise ValueError(
-            f"`{name}` must be prefix-contiguous (valid turns first, then padding); row {b} has a "
-            f"valid turn at index {k + 1} after a padded turn at index {k}."
-        )
-    empty = ~turn_mask.any(axis=1)
-    if row_mask is not None:
-        empty &= row_mask
-    if empty.any():
-        hint = "" if row_mask is not None else (
-            " (padding rows from `credax.pad_rollouts`? pass `row_mask=` or the PaddedRollouts)")
-        raise ValueError(f"`{name}`: every row needs at least one valid turn; row "
-                         f"{int(np.argmax(empty))} has none{hint}.")
 
 
 def padded_batch(x):
     """The :class:`credax.RolloutBatch` inside ``x`` (a ``PaddedRollouts`` or a batch), else None."""
-    from ._rollouts import PaddedRollouts, RolloutBatch
-
     if isinstance(x, PaddedRollouts):
         return x.batch
     return x if isinstance(x, RolloutBatch) else None
@@ -82,18 +36,7 @@ def _no_arrays_with_batch(fn: str, first: str, **given) -> None:
                         f"`{extra[0]}`; pass either the batch alone or the arrays.")
 
 
-def row_mask_array(row_mask, batch: int, like: str) -> np.ndarray | None:
-    """``row_mask`` as a checked ``bool[B]`` host array, or None."""
-    if row_mask is None:
-        return None
-    r = host_array(row_mask, "row_mask")
-    check_bool_mask(r, "row_mask", (batch,), like=like)
-    return r
-
-
 def check_group_ids(group_ids, batch: int) -> None:
-    from ._group_ids import Groups
-
     if isinstance(group_ids, Groups):
         # Already dense segment indices: every `group_ids` argument accepts a Groups.
         index = host_array(group_ids.index, "group_ids.index")
@@ -107,10 +50,8 @@ def check_group_ids(group_ids, batch: int) -> None:
                         f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
                         "`np.asarray(ids)`.")
     ids = host_array(group_ids, "group_ids")
-    if ids.dtype == object or not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"`group_ids` must be an integer array; got dtype {ids.dtype}.")
-    if ids.shape != (batch,):
-        raise ValueError(f"`group_ids` must have shape [B] = ({batch},); got {ids.shape}.")
+    _checks.check_int(ids, "group_ids")
+    _checks.check_shape(ids, "group_ids", (batch,), "[B]")
     if ids.size and (ids.min() < _INT32.min or ids.max() > _INT32.max):
         bad = int(np.argmax((ids < _INT32.min) | (ids > _INT32.max)))
         raise ValueError(
@@ -178,12 +119,10 @@ def validate_turns(
         raise TypeError(f"`validate_turns` needs `{missing}` (or pass the PaddedRollouts of "
                         "`credax.pad_rollouts` as the only argument).")
     s = host_array(scores, "scores")
-    if s.dtype == object or not (np.issubdtype(s.dtype, np.floating) or np.issubdtype(s.dtype, np.integer)):
-        raise TypeError(f"`scores` must be a real numeric array; got dtype {s.dtype}.")
-    if s.ndim != 2:
-        raise ValueError(f"`scores` must be 2-D, shape [B, K]; got shape {s.shape}.")
+    _checks.check_real(s, "scores", bool_ok=False)
+    _checks.check_ndim(s, "scores", 2, "[B, K]")
     m = host_array(turn_mask, "turn_mask")
-    check_bool_mask(m, "turn_mask", s.shape)
+    check_mask(m, "turn_mask", s.shape, like="scores")
     check_group_ids(group_ids, s.shape[0])
     real = row_mask_array(row_mask, s.shape[0], like="scores' rows")
     _check_values(s, m, "scores", _check_range(score_range, "score_range"), "score_range",
@@ -191,20 +130,17 @@ def validate_turns(
     check_prefix_mask(m, row_mask=real)
     if token_turn is not None:
         tt = host_array(token_turn, "token_turn")
-        if not np.issubdtype(tt.dtype, np.integer):
-            raise TypeError(f"`token_turn` must be an integer array; got dtype {tt.dtype}.")
-        if tt.ndim != 2 or tt.shape[0] != s.shape[0]:
-            raise ValueError(f"`token_turn` must have shape [B, T] with B={s.shape[0]}; got {tt.shape}.")
+        check_token_turn_shape(tt, s.shape[0])
         num_turns = s.shape[1]
         bad = (tt < -1) | (tt >= num_turns)
         if bad.any():
-            b, t = _first(bad)
+            b, t = first_index(bad)
             raise ValueError(f"`token_turn` values must lie in [-1, K={num_turns}); "
                              f"token_turn[{b}, {t}] = {tt[b, t]}.")
         rows = np.broadcast_to(np.arange(s.shape[0])[:, None], tt.shape)
         points_at_pad = (tt >= 0) & ~m[rows, np.clip(tt, 0, num_turns - 1)]
         if points_at_pad.any():
-            b, t = _first(points_at_pad)
+            b, t = first_index(points_at_pad)
             raise ValueError(f"`token_turn` must point at valid turns; token_turn[{b}, {t}] = "
                              f"{tt[b, t]} is a padded turn of row {b}.")
 
@@ -230,26 +166,22 @@ def _check_values(v: np.ndarray, where: np.ndarray, name: str, value_range, rang
     vf = v.astype(np.float64)
     bad = where & ~np.isfinite(vf)
     if bad.any():
-        pos = _first(bad)
+        pos = first_index(bad)
         raise ValueError(f"`{name}` must be finite at {entries}; {name}[{', '.join(map(str, pos))}] "
                          f"= {v[pos]}.")
     if value_range is not None:
         lo, hi = value_range
         out = where & ((vf < lo) | (vf > hi))
         if out.any():
-            pos = _first(out)
+            pos = first_index(out)
             raise ValueError(f"`{name}` must lie in [{lo}, {hi}] at {entries} (`{range_name}`); "
                              f"{name}[{', '.join(map(str, pos))}] = {v[pos]}.")
 
 
 def _real_array(x, name: str) -> np.ndarray:
-    from ._checks import check_host_range  # here: this module imports no JAX at load time
-
-    check_host_range(x, name)  # finite in float64 but inf in float32: refused as the estimators do
+    _checks.check_host_range(x, name)  # finite in float64 but inf in float32: as the estimators do
     a = host_array(x, name)
-    if a.dtype == object or not (np.issubdtype(a.dtype, np.floating)
-                                 or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
-        raise TypeError(f"`{name}` must be a real numeric array; got dtype {a.dtype}.")
+    _checks.check_real(a, name)
     return a
 
 
@@ -313,7 +245,7 @@ def validate_rewards(
         m = np.ones(r.shape[:1], bool)
     else:
         m = host_array(mask, "mask")
-        check_bool_mask(m, "mask", r.shape[:1], like="rewards' rows")
+        check_mask(m, "mask", r.shape[:1], like="rewards' rows")
     where = m if r.ndim == 1 else np.broadcast_to(m[:, None], r.shape)
     _check_values(r, where, "rewards", value_range, "reward_range", "valid rows")
 
@@ -361,19 +293,15 @@ def validate_alternatives(
         scores, row_mask = batch.scores, batch.row_mask
         turn_mask = host_array(batch.turn_mask, "scores.turn_mask")
     alt = _real_array(alt_scores, "alt_scores")
-    if alt.ndim != 3:
-        raise ValueError(f"`alt_scores` must be 3-D, shape [B, K, M]; got shape {alt.shape}.")
+    check_alternatives_shape(alt)
     value_range = _check_range(score_range, "score_range")
     if scores is not None:
-        s = _real_array(scores, "scores")
-        if s.shape != alt.shape[:2]:
-            raise ValueError(f"`alt_scores` must have shape [B, K, M] with [B, K] = {s.shape} "
-                             f"(the shape of `scores`); got {alt.shape}.")
+        check_alternatives_shape(alt, _real_array(scores, "scores").shape)
     if alt_mask is None:
         m = np.ones(alt.shape, bool)
     else:
         m = host_array(alt_mask, "alt_mask")
-        check_bool_mask(m, "alt_mask", alt.shape, like="alt_scores")
+        check_mask(m, "alt_mask", alt.shape, like="alt_scores")
     real = row_mask_array(row_mask, alt.shape[0], like="alt_scores' rows")
     if real is not None:
         m = m & real[:, None, None]

@@ -83,8 +83,8 @@ import credax
 from ._batch import TurnBatch
 from ._readers import FORMATS, read_rollouts
 from ._registry import EXPLAINED, Call
+from ._roles import Role
 from ._rollouts import Rollout, RolloutBatch, Turn, pad_rollouts
-from ._triage import Role
 
 
 def turn_batch(b: RolloutBatch) -> TurnBatch:

@@ -77,6 +77,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import presets
+from ._checks import first_index, host_array
 from ._group_ids import Groups, exact_id
 from ._loss_options import LossOptions
 from ._losses import kl_divergence, policy_loss
@@ -292,13 +293,7 @@ _I32 = np.iinfo(np.int32)
 
 
 def _host(x, name: str) -> np.ndarray:
-    if isinstance(x, jax.core.Tracer):
-        raise TypeError(f"`{name}` is a traced value: credax.tunix works on the host (outside jit).")
-    return np.asarray(x)
-
-
-def _first(where: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argwhere(where)[0])
+    return host_array(x, name, "credax.tunix works on the host (outside jit)")
 
 
 def _real(x, name: str, *, ndim: int, where: np.ndarray | None = None) -> np.ndarray:
@@ -315,7 +310,7 @@ def _real(x, name: str, *, ndim: int, where: np.ndarray | None = None) -> np.nda
     if where is not None:
         bad &= where
     if bad.any():
-        at = _first(bad)
+        at = first_index(bad)
         raise ValueError(f"`{name}` must be finite and within float32 (|x| <= {_F32_MAX:.4g}); "
                          f"{name}[{', '.join(map(str, at))}] = {a[at].item()!r}.")
     return a
@@ -332,7 +327,7 @@ def _bool_mask(x, name: str) -> np.ndarray:
         raise TypeError(f"`{name}` must be a boolean or 0/1 integer array; got dtype {a.dtype}.")
     bad = (a != 0) & (a != 1)
     if bad.any():
-        at = _first(bad)
+        at = first_index(bad)
         raise ValueError(f"`{name}` must hold only 0 and 1; {name}[{at[0]}, {at[1]}] = {a[at]}.")
     return a.astype(bool)
 
@@ -344,7 +339,7 @@ def _int_index(x, name: str) -> np.ndarray:
         raise TypeError(f"`{name}` must be an integer array; got dtype {a.dtype}.")
     bad = (a < _I32.min) | (a > _I32.max)
     if bad.any():
-        at = _first(bad)
+        at = first_index(bad)
         raise ValueError(f"`{name}` must fit in int32; {name}[{', '.join(map(str, at))}] = {a[at]} "
                          "would wrap.")
     return a.astype(np.int32)
@@ -558,7 +553,7 @@ def turns_from_steps(steps, *, length: int, anchors=None, completion_mask=None) 
                              f"got {m.shape}.")
         off = (m != (token_turn >= 0)) & m.any(axis=1, keepdims=True)
         if off.any():
-            b, t = _first(off)
+            b, t = first_index(off)
             put = "no assistant token" if m[b, t] else "an assistant token"
             raise ValueError(
                 f"the steps do not lay out as the completion: completion_mask[{b}, {t}] = "
@@ -630,7 +625,7 @@ def _check_method_output(out, name: str, shape: tuple[int, int], turn_mask: np.n
         raise TypeError(f"`method` {name} must return floating advantages; got dtype {a.dtype}.")
     bad = turn_mask & ~np.isfinite(a)
     if bad.any():
-        b, k = _first(bad)
+        b, k = first_index(bad)
         raise ValueError(f"`method` {name} returned a non-finite advantage on a valid turn: "
                          f"[{b}, {k}] = {a[b, k]}.")
     return a
