@@ -7,6 +7,11 @@ Each process joins ``jax.distributed`` (coordinator on 127.0.0.1:PORT, CPU colle
 seed, shards its rows over the 8 global devices — so each prompt's rollouts sit on both processes —
 and computes GRPO, TCPO, TRIAGE and the policy loss with a global normalizer on the global arrays.
 Process 0 writes the gathered results to ``OUT_DIR/multiprocess.npz``.
+
+Then the recipe of docs/guides/reproducibility.md: the same computations on the same global batch
+placed replicated on the 8 devices (``PartitionSpec()``) before the call. Every output must come
+back fully replicated, each of this process's 4 copies with the same bits; each process writes its
+copy to ``OUT_DIR/replicated_<PROCESS_ID>.npz``.
 """
 
 from __future__ import annotations
@@ -89,6 +94,20 @@ def main(process_id: int, port: int, out_dir: Path) -> None:
     gathered = {k: np.asarray(multihost_utils.process_allgather(v, tiled=True)) for k, v in out.items()}
     if process_id == 0:
         np.savez(out_dir / "multiprocess.npz", **gathered)
+
+    # The recipe: the inputs replicated on every device of both processes before the call.
+    everywhere = NamedSharding(mesh, PartitionSpec())
+    replicated = {name: jax.make_array_from_callback(value.shape, everywhere,
+                                                     lambda idx, v=value: v[idx])
+                  for name, value in data.items()}
+    replicated["normalizer"] = arrays["normalizer"]
+    mine = {}
+    for name, value in compute(credax, replicated).items():
+        assert value.is_fully_replicated, (name, value.sharding)
+        copies = [np.asarray(s.data) for s in value.addressable_shards]
+        assert len(copies) == 4 and all(c.tobytes() == copies[0].tobytes() for c in copies), name
+        mine[name] = copies[0]
+    np.savez(out_dir / f"replicated_{process_id}.npz", **mine)
     multihost_utils.sync_global_devices("credax multiprocess test done")
     jax.distributed.shutdown()
 

@@ -30,8 +30,8 @@ Three tables, each ``{label: Call}``:
 three, :data:`EXPLAINED` the entries ``credax.explain`` shows, by their short name.
 
 Adding an entry: one ``_call(name, arguments, level, ...)`` line in the right table, with the
-fields it reads in ``needs`` (beyond the six every batch has) — see docs/layout.md, "Adding an
-estimator".
+fields it reads in ``needs`` (beyond the six every batch has) and whether it is ``group_local`` —
+see docs/layout.md, "Adding an estimator".
 """
 
 from __future__ import annotations
@@ -79,6 +79,12 @@ class Call:
       note: what ``credax.explain``'s page says about that method.
       tuning: ``(options, changed)``: a numeric option of the bench sweep and a second value of
         it (traced: changing it must not recompile); ``None`` where there is none.
+      group_local: ``True``: each prompt group's outputs depend on that group's rows only, so the
+        call on one group's rows alone gives those rows of the whole batch's call (per-group
+        streaming; row-local work is group-local too); ``False``: a batch statistic (a whitening,
+        a count or a fit over the batch, a scalar over the batch), where it does not.
+        Every entry declares it; docs/guides/reproducibility.md tabulates it, and
+        tests/test_streaming.py checks it both ways.
     """
 
     name: str
@@ -89,6 +95,7 @@ class Call:
     explain: str | None = None
     note: str | None = None
     tuning: tuple[dict, dict] | None = None
+    group_local: bool | None = None
 
     def __post_init__(self):
         if self.level not in LEVELS:
@@ -198,103 +205,108 @@ _NORM_TUNING = ({"normalization": credax.Normalization(eps=1e-6)},
 
 _ESTIMATORS = [
     _call("group_normalize", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn",
-          tuning=_NORM_TUNING),
+          tuning=_NORM_TUNING, group_local=True),
     _call("grpo_advantages", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
-          explain="grpo", note=_NOTES["grpo"], tuning=_NORM_TUNING),
+          explain="grpo", note=_NOTES["grpo"], tuning=_NORM_TUNING, group_local=True),
     _call("rloo_advantages", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
-          explain="rloo", note=_NOTES["rloo"]),
+          explain="rloo", note=_NOTES["rloo"], group_local=True),
     _call("gdpo_advantages", lambda b, ns: _args(_reward_components(b), b.group_ids, b.row_mask,
                                                  weights=jnp.array([1.0, 0.5])),
           "row", tuning=({"weights": np.array([1.0, 0.5], np.float32)},
-                         {"weights": np.array([0.2, 0.8], np.float32)})),
-    _call("shrinkage_advantages", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row"),
+                         {"weights": np.array([0.2, 0.8], np.float32)}), group_local=True),
+    _call("shrinkage_advantages", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
+          group_local=False),
     # verl's batch-statistic estimators: a batch whitening or α counts the batch's nonzero
     # rewards, so they are not group-isolated by design.
     _call("gpg_advantages", lambda b, ns: _args(b.rewards, b.group_ids, mask=b.row_mask), "row",
-          explain="gpg", note=_NOTES["gpg"], tuning=({"f_norm": 1.0}, {"f_norm": 0.5})),
+          explain="gpg", note=_NOTES["gpg"], tuning=({"f_norm": 1.0}, {"f_norm": 0.5}), group_local=False),
     _call("reinforce_pp_advantages", lambda b, ns: _args(b.logp, token_mask(b), gamma=0.9),
-          "token", needs=("logp",), tuning=({"gamma": 1.0}, {"gamma": 0.9})),
+          "token", needs=("logp",), tuning=({"gamma": 1.0}, {"gamma": 0.9}), group_local=False),
     _call("reinforce_pp_baseline_advantages",
           lambda b, ns: _args(b.rewards, b.group_ids, token_mask(b)), "token",
-          needs=("token_turn",)),
+          needs=("token_turn",), group_local=False),
     _call("tcpo_advantages", _tcpo, "turn", output=_advantages, explain="tcpo",
           note=_NOTES["tcpo"], tuning=({"gamma": 0.9, "hindsight_weight": 1.0},
-                                       {"gamma": 0.8, "hindsight_weight": 0.5})),
+                                       {"gamma": 0.8, "hindsight_weight": 0.5}), group_local=True),
     _call("retrospective_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn",
-          output=_credit, tuning=({"progress_weight": 1.0}, {"progress_weight": 0.5})),
+          output=_credit, tuning=({"progress_weight": 1.0}, {"progress_weight": 0.5}), group_local=True),
     _call("hindsight_credit", lambda b, ns: _args(b.scores, b.turn_mask, b.group_ids), "turn",
-          output=_credit, tuning=({"success_threshold": 1.0}, {"success_threshold": 0.9})),
+          output=_credit, tuning=({"success_threshold": 1.0}, {"success_threshold": 0.9}), group_local=True),
     _call("counterfactual_credit", lambda b, ns: _args(b.scores, b.alt_scores, b.alt_mask),
-          "other", needs=("alt_scores", "alt_mask")),
-    _call("raw_score_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn"),
+          "other", needs=("alt_scores", "alt_mask"), group_local=True),
+    _call("raw_score_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn", group_local=True),
     _call("adjacent_delta_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn",
-          tuning=({"initial": 0.0}, {"initial": 0.1})),
+          tuning=({"initial": 0.0}, {"initial": 0.1}), group_local=True),
     _call("role_credit", lambda b, ns: _args(b.roles, b.turn_mask), "turn",
           tuning=({"constants": np.array(credax.TRIAGE_ROLE_CONSTANTS, np.float32)},
-                  {"constants": np.array([0.9, 0.4, 0.0, -0.4], np.float32)})),
+                  {"constants": np.array([0.9, 0.4, 0.0, -0.4], np.float32)}), group_local=True),
     # GRPO outcome advantages plus role credit (roles include -1, unlabeled).
     _call("triage_advantages",
           lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome), b.roles,
                                          b.turn_mask),
-          "turn", explain="triage", note=_NOTES["triage"], tuning=({"lam": 0.2}, {"lam": 0.4})),
+          "turn", explain="triage", note=_NOTES["triage"], tuning=({"lam": 0.2}, {"lam": 0.4}),
+          group_local=True),
     # The scores double as per-turn judge scores.
     _call("scalar_process_advantages",
           lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome), b.scores,
                                          b.turn_mask, lam=0.5),
-          "turn", tuning=({"lam": 0.2}, {"lam": 0.4})),
+          "turn", tuning=({"lam": 0.2}, {"lam": 0.4}), group_local=True),
     # The step-level methods read per-turn rewards and anchor states the caller provides
     # (explain: the environment's step rewards; verl: its turn scores; the lab: score changes).
     _call("mt_grpo_advantages",
           lambda b, ns: _args(b.turn_rewards, b.rewards, b.turn_mask, b.group_ids), "turn",
           needs=("turn_rewards",), explain="mt_grpo", note=_NOTES["mt_grpo"],
-          tuning=({"turn_coef": 1.0}, {"turn_coef": 0.5})),
+          tuning=({"turn_coef": 1.0}, {"turn_coef": 0.5}), group_local=True),
     # FACA's reactions: the per-turn rewards stand for the score of the next user turn's reaction
     # (the last turn of each row has none: the default reaction_mask).
     _call("faca_advantages",
           lambda b, ns: _args(b.turn_rewards, b.rewards, b.turn_mask, b.group_ids), "turn",
           needs=("turn_rewards",), explain="faca", note=_NOTES["faca"],
-          tuning=({"reaction_coef": 1.0}, {"reaction_coef": 0.5})),
+          tuning=({"reaction_coef": 1.0}, {"reaction_coef": 0.5}), group_local=True),
     _call("gigpo_advantages",
           lambda b, ns: _args(b.rewards, b.turn_rewards, b.anchors, b.turn_mask, b.group_ids),
           "turn", needs=("turn_rewards", "anchors"), explain="gigpo", note=_NOTES["gigpo"],
-          tuning=({"omega": 1.0}, {"omega": 0.5})),
+          tuning=({"omega": 1.0}, {"omega": 0.5}), group_local=True),
     _call("hgpo_advantages",
           lambda b, ns: _args(b.rewards, b.turn_rewards, b.anchors, b.turn_mask, b.group_ids),
           "turn", output=_advantages, needs=("turn_rewards", "anchors"), explain="hgpo",
-          note=_NOTES["hgpo"], tuning=({"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5})),
+          note=_NOTES["hgpo"], tuning=({"history": 2, "alpha": 1.0}, {"history": 2, "alpha": 0.5}),
+          group_local=True),
     _call("pgpo_advantages",
           lambda b, ns: _args(b.turn_rewards, b.anchors, b.turn_mask, b.group_ids), "turn",
           output=_advantages, needs=("turn_rewards", "anchors"), explain="pgpo",
-          note=_NOTES["pgpo"], tuning=({"gamma": 1.0}, {"gamma": 0.9})),
+          note=_NOTES["pgpo"], tuning=({"gamma": 1.0}, {"gamma": 0.9}), group_local=True),
     _call("g2po_advantages",
           lambda b, ns: _args(b.rewards, b.anchors, b.turn_mask, b.group_ids), "turn",
           output=_advantages, needs=("anchors",), explain="g2po", note=_NOTES["g2po"],
-          tuning=({"omega": 1.0}, {"omega": 0.5})),
+          tuning=({"omega": 1.0}, {"omega": 0.5}), group_local=True),
     # GRPO's outcome advantages spread over the turns by |step reward| weights (any non-negative
     # per-turn signal would do: judge attributions, proof edges, likelihood shifts).
     _call("redistribute_advantages",
           lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome),
                                          jnp.abs(b.turn_rewards), b.turn_mask),
-          "turn", needs=("turn_rewards",), explain="redistribute", note=_NOTES["redistribute"]),
+          "turn", needs=("turn_rewards",), explain="redistribute", note=_NOTES["redistribute"],
+          group_local=True),
     # Per-turn rewards and their returns to go.
     _call("unbiased_turn_advantages",
           lambda b, ns: _args(b.turn_rewards, b.turn_mask, b.group_ids), "turn",
           needs=("turn_rewards",), explain="unbiased_turn", note=_NOTES["unbiased_turn"],
-          tuning=({"gamma": 1.0}, {"gamma": 0.9})),
+          tuning=({"gamma": 1.0}, {"gamma": 0.9}), group_local=True),
     # Token rewards (the log-probs) and values; lam and bootstrap one per row.
     _call("gae_advantages",
           lambda b, ns: _args(b.logp, b.values, token_mask(b), gamma=0.9, lam=b.rewards,
                               bootstrap=b.rewards),
-          "other", needs=("logp", "values")),
+          "other", needs=("logp", "values"), group_local=True),
     _call("turn_gae_advantages",
           lambda b, ns: _args(b.scores, b.values, b.token_turn, b.turn_mask), "other",
-          needs=("values",), tuning=({"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9})),
+          needs=("values",), tuning=({"gamma": 1.0, "lam": 0.95}, {"gamma": 0.99, "lam": 0.9}),
+          group_local=True),
     # VETTA's two heads: the values stand in for both (turn head and token head), the log-probs
     # for the token rewards. Not on the explain page: its example rollouts have no critic values.
     _call("vetta_advantages",
           lambda b, ns: _args(b.scores, b.values, b.logp, b.values, b.token_turn, b.turn_mask),
           "token", output=_advantages, needs=("values", "logp", "token_turn"),
-          tuning=({"lam": 1.0, "token_lam": 0.95}, {"lam": 0.9, "token_lam": 0.8})),
+          tuning=({"lam": 1.0, "token_lam": 0.95}, {"lam": 0.9, "token_lam": 0.8}), group_local=True),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -318,63 +330,66 @@ def _uniform_logp(b):
 
 
 _TOOLS = [
-    _call("group_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn"),
-    _call("group_count", lambda b, ns: _args(b.group_ids, b.turn_mask), "turn"),
+    _call("group_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn", group_local=True),
+    _call("group_count", lambda b, ns: _args(b.group_ids, b.turn_mask), "turn", group_local=True),
     _call("peer_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn",
-          output=lambda out: out.mean),
-    _call("degenerate_groups", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row"),
-    _call("shrinkage_baseline", lambda b, ns: _args(b.rewards, b.group_ids), "other"),
+          output=lambda out: out.mean, group_local=True),
+    _call("degenerate_groups", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
+          group_local=True),
+    _call("shrinkage_baseline", lambda b, ns: _args(b.rewards, b.group_ids), "other", group_local=False),
     _call("best_prior", lambda b, ns: _args(b.scores, b.turn_mask), "turn",
-          tuning=({"initial": 0.0}, {"initial": 0.1})),
-    _call("future_best", lambda b, ns: _args(b.scores, b.turn_mask), "turn"),
+          tuning=({"initial": 0.0}, {"initial": 0.1}), group_local=True),
+    _call("future_best", lambda b, ns: _args(b.scores, b.turn_mask), "turn", group_local=True),
     _call("discount_weights", lambda b, ns: _args(b.turn_mask.shape[1], gamma=0.9), "other",
-          tuning=({"gamma": 0.9}, {"gamma": 0.8})),
+          tuning=({"gamma": 0.9}, {"gamma": 0.8}), group_local=True),
     _call("discounted_returns", lambda b, ns: _args(b.scores, b.turn_mask, gamma=0.9), "turn",
-          tuning=({"gamma": 0.9}, {"gamma": 0.8})),
+          tuning=({"gamma": 0.9}, {"gamma": 0.8}), group_local=True),
     _call("broadcast_to_tokens", lambda b, ns: _args(b.scores, b.token_turn), "token",
-          needs=("token_turn",)),
+          needs=("token_turn",), group_local=True),
     _call("turn_surprisal",
           lambda b, ns: _args(b.logp, b.token_turn, num_turns=b.turn_mask.shape[1]), "turn",
-          needs=("logp",)),
+          needs=("logp",), group_local=True),
     _call("select_top_surprisal",
           lambda b, ns: _args(b.scores, b.turn_mask, b.group_ids, budget=2, scope="group"),
-          "turn"),
-    _call("fit_role_constants", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other"),
-    _call("optimal_mixing_weight", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other"),
-    _call("judge_windows", lambda b, ns: _args(b.turn_mask, before=2, after=1), "other"),
+          "turn", group_local=True),
+    _call("fit_role_constants", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other",
+          group_local=False),
+    _call("optimal_mixing_weight", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other",
+          group_local=False),
+    _call("judge_windows", lambda b, ns: _args(b.turn_mask, before=2, after=1), "other", group_local=True),
     _call("anchor_hit_ratio", lambda b, ns: _args(b.anchors, b.turn_mask, b.group_ids), "other",
-          needs=("anchors",)),
-    _call("credit_by_role", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other"),
-    _call("credit_by_turn", lambda b, ns: _args(b.scores, b.turn_mask), "other"),
-    _call("dead_groups", lambda b, ns: _args(b.rewards, b.group_ids), "other"),
+          needs=("anchors",), group_local=False),
+    _call("credit_by_role", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other", group_local=False),
+    _call("credit_by_turn", lambda b, ns: _args(b.scores, b.turn_mask), "other", group_local=False),
+    _call("dead_groups", lambda b, ns: _args(b.rewards, b.group_ids), "other", group_local=False),
     _call("turn_values",
           lambda b, ns: _args(b.values, b.token_turn, num_turns=b.turn_mask.shape[1]), "turn",
-          needs=("values",)),
+          needs=("values",), group_local=True),
     _call("vapo_lambda", lambda b, ns: _args(token_mask(b)), "row", needs=("token_turn",),
-          tuning=({"alpha": 0.05}, {"alpha": 0.1})),
+          tuning=({"alpha": 0.05}, {"alpha": 0.1}), group_local=True),
     _call("value_loss",
           lambda b, ns: _args(b.values, 0.9 * b.values, b.logp, token_mask(b)), "other",
-          needs=("values", "logp"), tuning=({"clip": 0.5}, {"clip": 0.2})),
+          needs=("values", "logp"), tuning=({"clip": 0.5}, {"clip": 0.2}), group_local=False),
     _call("token_logprobs", lambda b, ns: _args(b.logits, b.tokens, mask=token_mask(b)), "token",
-          needs=("logits", "tokens")),
+          needs=("logits", "tokens"), group_local=True),
     _call("token_entropy", lambda b, ns: _args(b.logits, mask=token_mask(b)), "token",
-          needs=("logits",), tuning=({"temperature": 1.0}, {"temperature": 0.7})),
+          needs=("logits",), tuning=({"temperature": 1.0}, {"temperature": 0.7}), group_local=True),
     _call("token_logprobs_from_hidden",
           lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, chunk_size=3,
                               mask=token_mask(b)),
-          "token", needs=("hidden", "unembedding", "tokens")),
+          "token", needs=("hidden", "unembedding", "tokens"), group_local=True),
     _call("policy_loss_from_hidden",
           lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, _uniform_logp(b), b.rewards,
                               token_mask(b), chunk_size=3),
-          "other", needs=("hidden", "unembedding", "tokens"), tuning=_loss_tuning()),
+          "other", needs=("hidden", "unembedding", "tokens"), tuning=_loss_tuning(), group_local=False),
     _call("kl_divergence", lambda b, ns: _args(b.logp, _old_logp(b), mask=token_mask(b)),
-          "token", needs=("logp",)),
+          "token", needs=("logp",), group_local=True),
     _call("aggregate", lambda b, ns: _args(b.logp, token_mask(b), mode="seq-mean-token-mean"),
-          "other", needs=("logp",)),
+          "other", needs=("logp",), group_local=False),
     _call("policy_loss",
           lambda b, ns: _args(b.logp, _old_logp(b), b.rewards, token_mask(b), ref_logp=b.logp,
                               options=credax.LossOptions(kl_coef=0.1)),
-          "other", needs=("logp",), tuning=_loss_tuning(kl_coef=0.1)),
+          "other", needs=("logp",), tuning=_loss_tuning(kl_coef=0.1), group_local=False),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -387,50 +402,53 @@ _FORMS = {
         "policy_loss", lambda b, ns: _args(b.logp, b.logp, b.scores, token_mask(b),
                                            token_turn=b.token_turn,
                                            options=credax.LossOptions(ratio="sequence")),
-        "other", needs=("logp",), tuning=_loss_tuning(ratio="sequence")),
+        "other", needs=("logp",), tuning=_loss_tuning(ratio="sequence"), group_local=False),
     "policy_loss:tokens": _call(
         "policy_loss", lambda b, ns: _args(b.logp, _old_logp(b), b.logp, token_mask(b),
                                            options=credax.LossOptions(dual_clip=3.0)),
-        "other", needs=("logp",), tuning=_loss_tuning(dual_clip=3.0)),
+        "other", needs=("logp",), tuning=_loss_tuning(dual_clip=3.0), group_local=False),
     "token_logprobs_from_hidden:entropy": _call(
         "token_logprobs_from_hidden",
         lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, chunk_size=4, with_entropy=True),
-        "other", needs=("hidden", "unembedding", "tokens")),
+        "other", needs=("hidden", "unembedding", "tokens"), group_local=True),
     "select_top_surprisal:batch": _call(
-        "select_top_surprisal", lambda b, ns: _args(b.scores, b.turn_mask, budget=3), "turn"),
+        "select_top_surprisal", lambda b, ns: _args(b.scores, b.turn_mask, budget=3), "turn",
+        group_local=False),
     "group_normalize:rows": _call(
-        "group_normalize", lambda b, ns: _args(b.rewards, b.group_ids), "row"),
+        "group_normalize", lambda b, ns: _args(b.rewards, b.group_ids), "row", group_local=True),
     "grpo_advantages:groups": _call(
-        "grpo_advantages", lambda b, ns: _args(b.rewards, ns.groups(b.group_ids)), "row"),
+        "grpo_advantages", lambda b, ns: _args(b.rewards, ns.groups(b.group_ids)), "row", group_local=True),
     # TRL's scale_rewards="batch": the batch std (not group-isolated, by design).
     "grpo_advantages:batch_scale": _call(
         "grpo_advantages",
-        lambda b, ns: _args(b.rewards, b.group_ids, normalization=presets.TRL_BATCH), "row"),
+        lambda b, ns: _args(b.rewards, b.group_ids, normalization=presets.TRL_BATCH), "row",
+        group_local=False),
     "kl_divergence:scalar": _call(
         "kl_divergence", lambda b, ns: _args(jnp.max(b.logp), jnp.min(b.logp)), "other",
-        needs=("logp",)),
+        needs=("logp",), group_local=False),
     # Scores as per-turn rewards, half of them as values: a row-wise recursion over turns.
     "gae_advantages:turns": _call(
         "gae_advantages", lambda b, ns: _args(b.scores, 0.5 * b.scores, b.turn_mask, gamma=0.9,
                                               lam=0.95),
-        "turn", output=_advantages),
+        "turn", output=_advantages, group_local=True),
     "gae_advantages:scalar_lam": _call(
         "gae_advantages", lambda b, ns: _args(b.logp, b.values, token_mask(b), gamma=1.0,
                                               lam=0.95),
         "other", needs=("logp", "values"), tuning=({"gamma": 1.0, "lam": 0.95},
-                                                   {"gamma": 0.99, "lam": 0.9})),
+                                                   {"gamma": 0.99, "lam": 0.9}), group_local=True),
     "kl_divergence:turns": _call(
-        "kl_divergence", lambda b, ns: _args(b.scores, 0.5 * b.scores, mask=b.turn_mask), "turn"),
+        "kl_divergence", lambda b, ns: _args(b.scores, 0.5 * b.scores, mask=b.turn_mask), "turn",
+        group_local=True),
     "role_credit:list": _call(
         "role_credit", lambda b, ns: _args(b.roles, b.turn_mask,
-                                           constants=[1.0, 0.5, -0.5, -1.0]), "turn"),
+                                           constants=[1.0, 0.5, -0.5, -1.0]), "turn", group_local=True),
     "g2po_advantages:action_valid": _call(
         "g2po_advantages", lambda b, ns: _args(b.rewards, b.anchors, b.turn_mask, b.group_ids,
                                                action_valid=b.turn_mask), "other",
-        needs=("anchors",)),
+        needs=("anchors",), group_local=True),
     "triage_advantages:whiten": _call(
         "triage_advantages", lambda b, ns: _args(b.rewards, b.roles, b.turn_mask, whiten=True),
-        "turn"),
+        "turn", group_local=False),
 }
 
 ESTIMATORS: dict[str, Call] = {c.name: c for c in _ESTIMATORS}
