@@ -2,6 +2,7 @@
 
     python -m benchmarks.entry_overhead            # B = 64, K = 8, T = 128; prints a table
     python -m benchmarks.entry_overhead --repeats 41 --calls 200 --json out.json
+    python -m benchmarks.entry_overhead --profile mt_grpo_advantages   # its kernels, Groups vs ids
 
 Each public credax function is an entry object whose ``jitted`` attribute is the compiled
 program (``jax.jit`` of the body). The baseline of every row is ``fn.jitted`` called with a
@@ -174,6 +175,23 @@ def measure(repeats: int, calls: int) -> list[dict]:
     return rows
 
 
+def profile(name: str) -> int:
+    """Print the kernels of ``fn.jitted`` on a precomputed ``Groups`` and on JAX ids."""
+    from credax.bench.profile import kernel_profile
+
+    x = _inputs()
+    (_, fn, make, forms), = [c for c in _cases(x) if c[0] == name]
+    for form in ("groups", "jax") if "jax" in forms else ("arrays",):
+        args, kwargs = make(x["ids"].get(form))
+        rows = kernel_profile(lambda a=args, k=kwargs: fn.jitted(*a, **k), calls=50)
+        print(f"{name}: fn.jitted with {form} ids: {len(rows)} kernel events, "
+              f"{sum(r['us'] for r in rows):.1f} µs summed per call (nested events counted "
+              "in their parent too)")
+        for r in rows[:5]:
+            print(f"  {r['name']}: {r['count']:g} per call, {r['us']:.1f} µs")
+    return 0
+
+
 def table(rows) -> str:
     lines = ["| function | call | µs / call | / jitted(Groups) or jitted [middle half] | "
              "/ jitted(same JAX ids) | Python calls |", "|---|---|---|---|---|---|"]
@@ -191,7 +209,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=31)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--json", default=None, help="also write the rows and machine state here")
+    parser.add_argument("--profile", default=None, metavar="FUNCTION",
+                        help="instead: the kernels of FUNCTION's program from a Groups and from "
+                             "JAX ids (credax.bench.profile.kernel_profile)")
     ns = parser.parse_args(argv)
+    if ns.profile:
+        return profile(ns.profile)
     before = machine_state()
     print(f"machine: {before['cpus']} CPUs, {before['platform']}, Python {before['python']}, "
           f"JAX {before['jax']}, device {before['device']}, "
