@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import credax
-from credax import _api, _grouping, _normalization
+from credax import _api, _group_ids, _grouping, _normalization
 from credax._normalization import MOVED_TO_NORMALIZATION, NORMALIZE_KEYS, Normalization
 
 # --------------------------------------------------------------------------------------------
@@ -124,38 +124,46 @@ def test_check_sees_bound_arguments_with_defaults_before_tracing():
     assert not isinstance(seen[0]["x"], jax.core.Tracer)  # the raw call, not the trace
 
 
-def test_convert_runs_on_the_host_and_raw_ids_share_the_program_of_groups():
+def test_ids_become_groups_before_the_body_host_ids_share_the_program_of_groups():
     chex.clear_trace_counter()
 
     @_grouping.jit_grouped()
-    @chex.assert_max_traces(n=1)
+    @chex.assert_max_traces(n=2)
     def count(x, group_ids):
-        assert isinstance(group_ids, credax.Groups)  # converted before tracing
+        assert isinstance(group_ids, credax.Groups)  # converted before the body
         return jax.ops.segment_sum(jnp.ones_like(x), group_ids.index, group_ids.num_groups)[
             group_ids.index
         ]
 
     x = jnp.zeros(5)
     ids = np.array([7, -3, 7, 10**6, -3])
+    # NumPy ids are converted by credax.groups on the host: the program of a Groups (trace 1).
     np.testing.assert_array_equal(count(x, ids), [2, 2, 2, 1, 2])
     np.testing.assert_array_equal(count(x, credax.groups(ids)), [2, 2, 2, 1, 2])
+    # JAX ids are densified inside the program: one program of their own (trace 2), once.
     np.testing.assert_array_equal(count(x, jnp.asarray(ids[::-1])), [2, 1, 2, 2, 2])
+    np.testing.assert_array_equal(count(x, jnp.asarray(ids)), [2, 2, 2, 1, 2])
+    with pytest.raises(AssertionError, match="traced > 2 times"):  # a new shape: a third trace
+        count(x[:4], ids[:4])
     chex.clear_trace_counter()  # a keyword call is a new jit signature: one more trace, converted too
     np.testing.assert_array_equal(count(x, group_ids=ids), [2, 2, 2, 1, 2])
 
 
 def test_with_body_rebuilds_a_real_entry(traced_once):
-    # The rebuilt grpo_advantages traces once for raw ids, a Groups, new values and a new eps.
-    grpo = traced_once(credax.grpo_advantages)
+    # The rebuilt grpo_advantages traces once for NumPy ids, a Groups, new values and a new eps,
+    # and once more for JAX ids (densified inside their own program).
+    grpo = traced_once(credax.grpo_advantages, n=2)
     r = np.array([1.0, 0.0, 0.5, 0.5, 2.0], np.float32)
     ids = np.array([4, 4, -1, -1, 9])
     expected = credax.grpo_advantages(r, ids)
     np.testing.assert_array_equal(grpo(r, ids, normalization=Normalization(eps=1e-6)), expected)
     grpo(r[::-1].copy(), credax.groups(ids), normalization=Normalization(eps=1e-3))
-    grpo(r, jnp.asarray(ids), normalization=Normalization(eps=0.0))
+    np.testing.assert_array_equal(
+        grpo(r, jnp.asarray(ids), normalization=Normalization(eps=1e-6)), expected)
+    grpo(r[::-1].copy(), jnp.asarray(ids), normalization=Normalization(eps=0.0))
     with pytest.raises(TypeError, match="normalization"):  # the host conversion is rebuilt too
         grpo(r, ids, normalization=dict(eps=0.0))
-    with pytest.raises(AssertionError, match="traced > 1 times"):  # a new shape: a second trace
+    with pytest.raises(AssertionError, match="traced > 2 times"):  # a new shape: a third trace
         grpo(r[:4], ids[:4])
 
 
@@ -206,7 +214,8 @@ def test_the_plan_says_what_each_argument_gets():
     assert (power.static, power.replicated, power.range_checked) == (True, False, False)
     assert scale.rewrites and not _api.ArgumentPlan("y").rewrites
     real = credax.grpo_advantages.plan
-    assert real["group_ids"].convert is credax.groups and not real["group_ids"].range_checked
+    assert real["group_ids"].traced is credax.groups and not real["group_ids"].range_checked
+    assert real["group_ids"].convert is _group_ids.host_ids  # host ids: by credax.groups, exactly
     assert real["rewards"].range_checked and not real["rewards"].static
     assert credax.discounted_returns.plan["rewards"].replicated  # replicate=True, no convert
     assert not credax.policy_loss.plan["logp"].replicated  # row-wise: keeps its sharding
@@ -346,8 +355,7 @@ def test_lower_goes_through_the_public_checks_and_rewrites():
         credax.tcpo_advantages.lower(s, m, g, normalization=jax.tree.map(lambda _: -1.0, Normalization()))
 
 
-# --------------------------------------------------------------------------------------------
-# The call's own overhead: the fast binder equals the slow path
+# The common call: what it skips and what it still checks
 # --------------------------------------------------------------------------------------------
 
 
@@ -358,71 +366,102 @@ def _public_signatures():
             yield name, fn.signature
 
 
-def _calls(sig):
-    """Call patterns for a signature, with sentinel values: every required argument positionally
-    and by keyword, and each optional one added by keyword (or positionally where it can be)."""
+@pytest.fixture
+def full_path(monkeypatch):
+    """Counts the calls that took the entry's full host step (``_arguments``)."""
+    calls = []
+    original = _api.PublicFunction._arguments
 
-    params = list(sig.parameters.values())
-    positional = [p for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
-    required = [p for p in params if p.default is p.empty]
-    first = tuple(f"<{p.name}>" for p in positional if p.default is p.empty)
-    keywords = {p.name: f"<{p.name}>" for p in required if p.kind is p.KEYWORD_ONLY}
-    yield first, keywords
-    yield (), {p.name: f"<{p.name}>" for p in required}
-    for p in params:
-        if p.default is not p.empty:
-            yield first, {**keywords, p.name: f"<{p.name}!>"}
-    yield tuple(f"<{p.name}>" for p in positional), keywords  # every positional parameter given
+    def counting(self, args, kwargs):
+        calls.append(self.__name__)
+        return original(self, args, kwargs)
+
+    monkeypatch.setattr(_api.PublicFunction, "_arguments", counting)
+    return calls
 
 
-def test_fast_binding_equals_signature_bind_for_every_public_function():
-    checked = 0
-    for name, sig in _public_signatures():
-        bind = _api._binder(sig)
-        for args, kwargs in _calls(sig):
-            expected = sig.bind(*args, **kwargs)
-            passed = frozenset(expected.arguments)
-            expected.apply_defaults()
-            bound, got_passed = bind(args, kwargs)
-            assert list(bound.arguments.items()) == list(expected.arguments.items()), name
-            assert got_passed == passed, name
-            assert bound.args == expected.args and bound.kwargs == expected.kwargs, name
-            checked += 1
-    assert checked > 200  # every public function, several patterns each
+def test_the_common_call_gives_the_check_what_inspect_binds(full_path):
+    seen = []
+
+    def f(x, g=None, *, eps=1.0, scale=2.0):
+        return x * scale
+
+    entry = _api.jit_public(check=lambda a: seen.append(dict(a)))(f)
+    x, g = jnp.ones(2), jnp.zeros(2)
+    for args, kwargs in [((x,), {}), ((x, g), {}), ((x,), {"eps": 0.5}), ((x, None), {"scale": 3}),
+                         ((), {"x": x, "eps": 0.25}), ((x,), {"g": g, "scale": 1.5})]:
+        entry(*args, **kwargs)
+        expected = inspect.signature(f).bind(*args, **kwargs)
+        expected.apply_defaults()
+        assert list(seen.pop().items()) == list(expected.arguments.items()), (args, kwargs)
+    # every call but the one giving a required argument by keyword took the common call
+    assert full_path == ["f"]
 
 
-def test_fast_binding_leaves_bad_calls_to_python_with_its_own_error():
+def test_a_check_runs_only_when_it_can_fail(full_path):
+    seen = []
 
-    def f(x, group_ids=None, *, eps=1.0):
+    @_api.reads("eps")
+    def check(a):
+        seen.append(a["eps"])
+        _api.check_concrete(a["eps"], "eps", *_api.POSITIVE)
+
+    entry = _api.jit_public(check=check)(lambda x, *, eps=1.0, other=0.0: x * eps + other)
+    assert seen == [1.0]  # once on the defaults, when the entry was built
+    entry(jnp.ones(2), other=3.0)
+    assert seen == [1.0]  # nothing it reads was given: skipped
+    entry(jnp.ones(2), eps=2.0)
+    assert seen == [1.0, 2.0]
+    for bad in (-1.0, jnp.asarray(-1.0), np.float64(-1.0)):  # a Python, JAX and NumPy number
+        with pytest.raises(ValueError, match="^`eps` must be > 0"):
+            entry(jnp.ones(2), eps=bad)
+    rules = _api.jit_public(check=_api.check_values(eps=_api.POSITIVE))(lambda x, eps=1.0: x * eps)
+    for bad in (-1.0, jnp.asarray(-1.0), 0):
+        with pytest.raises(ValueError, match="^`eps` must be > 0"):
+            rules(jnp.ones(2), bad)  # given positionally
+        with pytest.raises(ValueError, match="^`eps` must be > 0"):
+            rules(jnp.ones(2), eps=bad)
+    assert full_path.count("<lambda>") == 1  # np.float64 is no common type: the full path
+
+
+def test_a_check_is_proved_on_the_defaults_when_the_entry_is_built():
+    @_api.reads("eps")
+    def reads_more(a):
+        return a["eps"] + a["scale"]  # reads an argument it does not declare
+
+    def body(x, *, eps=1.0, scale=1.0):
         return x
 
-    sig = inspect.signature(f)
-    bind = _api._binder(sig)
-    bad = [((1, 2, 3), {}), ((1,), {"x": 2}), ((), {}), ((1,), {"epsilon": 2.0}), ((), {"eps": 1})]
-    for args, kwargs in bad:
-        with pytest.raises(TypeError) as expected:
-            sig.bind(*args, **kwargs)
-        with pytest.raises(TypeError) as got:
-            bind(args, kwargs)
-        assert str(got.value) == str(expected.value)
+    with pytest.raises(KeyError, match="scale"):
+        _api.jit_public(check=reads_more)(body)
+    with pytest.raises(ValueError, match="^`eps` must be > 0"):  # a default breaking its rule
+        _api.jit_public(check=_api.check_values(eps=_api.POSITIVE))(lambda x, eps=0.0: x)
 
 
-def test_fast_binding_after_dropped_keywords_is_as_inspect_s():
-    # Bound arguments a caller edits (pops keywords from): args / kwargs then hold what is left,
-    # exactly as inspect.BoundArguments would.
+def test_the_common_call_keeps_the_host_screen(full_path):
+    entry, _, _ = _entry()
+    x, ids = jnp.arange(4.0), jnp.asarray([1, 1, 2, 2])
+    entry(x, ids, scale=2.0)
+    assert full_path == []
+    with pytest.raises(ValueError, match="`x` holds 1e\\+39"):  # a NumPy float64 array: range
+        entry(np.array([1e39, 0.0, 0.0, 0.0]), ids)
+    with pytest.raises(ValueError, match="`scale` = 1e\\+39 is finite in float64"):
+        entry(x, ids, scale=1e39)
+    with pytest.raises(TypeError, match="`scale` must be a number; got None"):
+        entry(x, ids, scale=None)
+    with pytest.raises(TypeError, match="`power` must be a Python bool|`power` is static"):
+        entry(x, ids, power=jnp.asarray(2.5))
+    with pytest.raises(TypeError, match="`group_ids` got a credax.Normalization"):
+        entry(x, credax.presets.VERL)
 
-    def f(x, g, mask=None, *, eps=1.0, scale="group", normalization=None):
-        return x
 
-    sig = inspect.signature(f)
-    bound, _ = _api._binder(sig)((1, 2), {"scale": "none"})
-    expected = sig.bind(1, 2, scale="none")
-    expected.apply_defaults()
-    for b in (bound, expected):
-        b.arguments.pop("scale")
-        b.arguments.pop("g")  # a positional parameter gone: the ones after it become keywords
-    assert bound.args == expected.args == (1,)
-    assert bound.kwargs == expected.kwargs == {"mask": None, "eps": 1.0, "normalization": None}
+def test_a_hand_built_groups_jax_cannot_hash_is_refused_by_name():
+    bad = credax.Groups(jnp.zeros(4, jnp.int32), jnp.asarray(4))  # num_groups must be static
+    with pytest.raises(TypeError, match="`group_ids`: a Groups needs `num_groups` as a Python int"):
+        credax.grpo_advantages(jnp.zeros(4), bad)
+    floats = credax.Groups(jnp.zeros(4), 4)  # checked inside the program: the same message
+    with pytest.raises(TypeError, match="`group_ids`: a Groups needs an integer `index`"):
+        credax.grpo_advantages(jnp.zeros(4), floats)
 
 
 # --------------------------------------------------------------------------------------------

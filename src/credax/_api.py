@@ -1,56 +1,73 @@
-"""Public-entry plumbing: how a call reaches a compiled body, and what is checked before tracing.
+"""Public-entry plumbing: a public function is ``jax.jit`` of its body plus a thin host step.
 
 Every public array function of credax is a plain Python body made into a :class:`PublicFunction`
-by :func:`jit_public` (``_grouping.jit_grouped`` is the same with the group-id conversion declared)::
+by :func:`jit_public` (``_grouping.jit_grouped`` is the same with the group ids declared)::
 
-    @jit_public(static_argnames=("budget",), convert={"group_ids": groups},
-                check=check_values(eps=NON_NEGATIVE), replicate=True)
-    def estimator(scores, turn_mask, group_ids, *, budget=1, eps=1e-6): ...
+    @jit_public(static_argnames=("budget",), check=check_values(eps=NON_NEGATIVE), replicate=True)
+    def estimator(scores, turn_mask, *, budget=1, eps=1e-6): ...
 
 The decorator's options are declarations about arguments. At decoration they become the entry's
-``plan``: one :class:`ArgumentPlan` per parameter, saying whether it is static, converted,
-range-checked and replicated. A call then runs four steps, in this order:
+``plan``: one :class:`ArgumentPlan` per parameter, saying whether it is static, converted on the
+host, converted in the trace, range-checked and replicated.
 
-1. **screen** each argument as given: an unknown keyword is refused by name (with the entry's
-   ``hints``, e.g. where a removed normalisation keyword went), a torch tensor is refused (the error points to
-   ``credax.torch``), and a host array that JAX would narrow silently without ``jax_enable_x64``
-   is refused by name (:func:`credax._checks.check_host_range`): a NumPy ``float64`` value finite
-   but beyond float32 (``1e39`` would become ``inf``), an ``int64`` / ``uint64`` index beyond
-   int32 (``2**32`` would wrap to ``0``), a Python or NumPy number beyond float32 (``eps=1e39``).
-   Converted ids and static options are exempt: ids are densified exactly on the host, static
-   options never reach JAX as arrays. ``None`` for a numeric hyperparameter (a config null) and
-   an options value given for another argument (``f(x, ids, presets.VERL)`` lands on ``mask``)
-   are refused naming the argument.
-2. **check** the bound arguments (defaults applied): the only place where the *value* of a traced
-   hyperparameter can be seen. Concrete values (Python numbers, NumPy scalars, committed JAX
-   arrays — every ordinary call, including calls with Python floats from inside the caller's own
-   ``jit``) are checked; a value traced by the caller's ``jit`` cannot be, and is used as given
-   (:func:`concrete_float` returns ``None`` for it).
-3. **rewrite** each argument by its plan: a static option given as a concrete 0-d array becomes
-   the Python value ``jit`` hashes (a static bool option accepts only a bool: ``"false"`` is a
-   ``TypeError``, never read by truthiness); an array sharded over *Explicit* mesh axes is replicated
-   (:func:`replicate_explicit`); a converted argument (group ids → :class:`credax.Groups`) is
-   converted on the host, so raw ids and a precomputed ``Groups`` hit the same compiled program
-   and concrete 64-bit ids are checked exactly.
-4. **run** ``jitted``, ``jax.jit(body, static_argnames=...)``: compiled once per (shapes, dtypes,
-   static options); numeric hyperparameters stay traced, so a schedule (a new ``eps``,
-   ``clip_low``, ``lam`` ...) never recompiles.
+**The program.** ``jitted`` is ``jax.jit(body, static_argnames=...)``, with the body's in-trace
+steps in front of it (:func:`program_body`; they run once per compilation, never on a warm call):
+an array sharded over *Explicit* mesh axes is replicated in the bodies declared ``replicate``
+(:func:`replicate_explicit`, read off the traced type), and group ids become a
+:class:`credax.Groups` by :func:`credax.groups` (``traced``): JAX ids are densified inside the
+one program (no second dispatch; a program of their own, compiled once), a precomputed ``Groups``
+is checked there. Numeric hyperparameters stay traced, so a schedule (a new ``eps``,
+``clip_low``, ``lam`` ...) never recompiles.
+
+**The call.** The common call — every keyword a parameter, every argument of a type the entry
+knows: a concrete JAX array, a ``Groups``, a Python number, bool or string, ``None``, a NumPy
+array, an options value its constructor checked — is handled inline by exact type
+(:func:`_admit`), each type getting exactly what the full host step below would give it:
+
+- a Python number beyond float32 (or an int beyond int32) takes the full step, which refuses it;
+  a NumPy array is checked by :func:`credax._checks.check_host_range` (a ``float64`` value
+  finite but beyond float32 would become ``inf``, an ``int64`` index beyond int32 would wrap);
+- host ids (NumPy, lists) are converted exactly on the host by :func:`credax.groups`
+  (:func:`credax._group_ids.host_ids`), as are host anchors (``host_state_ids``): they share the
+  program of a ``Groups``;
+- the one concrete-value check (``check``: hyperparameter ranges, the arguments an option needs)
+  sees the values as given: Python floats, NumPy scalars, committed JAX arrays (read back: one
+  scalar) — including Python floats passed from inside the caller's own ``jit``. A value traced
+  by the caller's ``jit`` cannot be seen, and is used as given (:func:`concrete_float` returns
+  ``None`` for it). ``check_values`` rules run on the given arguments only, and a check
+  declaring what it reads (:func:`reads`) only when one of those is given: both were run on the
+  defaults when the entry was built.
+
+Then ``jitted`` runs. Anything else takes the **full host step** (:meth:`PublicFunction._arguments`),
+which raises by name: an unknown keyword (with the entry's ``hints``, e.g. where a removed
+normalisation keyword went), a torch tensor (the error points to ``credax.torch``), an options
+value given for another argument (``f(x, ids, presets.VERL)`` lands on ``mask``), ``None`` for a
+numeric hyperparameter (a config null), a number or host array JAX would narrow, a static option
+that is not a Python value of its kind (a concrete 0-d integer array becomes the Python value
+``jit`` hashes; a static bool option accepts only a bool: ``"false"`` is a ``TypeError``, never
+read by truthiness). A tracer (a call inside the caller's ``jit``) takes it too: there the
+whole entry traces inline, once. When ``jitted`` itself raises on a common call, the full step
+runs to name the argument where it would (a hand-built ``Groups`` whose ``num_groups`` JAX
+cannot hash); otherwise JAX's error stands.
 
 The entry object keeps ``body`` (the plain function), ``jitted``, ``signature``, ``plan``,
-``lower(*args, **kwargs)`` (``jitted.lower`` after steps 1–3: XLA's view of exactly what the call
-compiles) and ``with_body(other)`` (the same entry around another body, e.g. one wrapped in
-``chex.assert_max_traces`` to count traces). It carries ``__wrapped__``, ``__name__``, ``__doc__``,
-``__module__`` and ``__qualname__`` as ``functools.wraps`` would, so ``inspect.signature``,
-``help()`` and the API pages read the body's, and it binds, copies and pickles like a function.
+``lower(*args, **kwargs)`` (``jitted.lower`` after the full host step: XLA's view of exactly what
+the call compiles) and ``with_body(other)`` (the same entry around another body, e.g. one wrapped
+in ``chex.assert_max_traces`` to count traces). It carries ``__wrapped__``, ``__name__``,
+``__doc__``, ``__module__`` and ``__qualname__`` as ``functools.wraps`` would, so
+``inspect.signature``, ``help()`` and the API pages read the body's, and it binds, copies and
+pickles like a function. ``python -m benchmarks.entry_overhead`` measures its warm-call cost
+against ``jitted``.
 
-Called inside a user's ``jit``, the whole entry simply traces inline. Private bodies call private
-bodies (never a public entry), so no compiled program nests another one.
+Private bodies call private bodies (never a public entry), so no compiled program nests another
+one.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import math
 import types
 from collections.abc import Callable, Mapping
@@ -163,6 +180,7 @@ def check_values(**rules) -> Callable[[Mapping], None]:
                 check_concrete(arguments[name], name, ok, requirement)
 
     check.names = tuple(rules)  # the entry refuses None for a required one of these by name
+    check.rules = dict(rules)  # the common call checks the given ones (the defaults once)
     return check
 
 
@@ -208,73 +226,6 @@ def _replicate_tree(value):
     if all(a is b for a, b in zip(new, leaves, strict=True)):
         return value
     return jax.tree_util.tree_unflatten(treedef, new)
-
-
-def _binder(signature: inspect.Signature):
-    """``signature.bind(*args, **kwargs)`` followed by ``apply_defaults()``, and the names passed.
-
-    The public call binds on every call, and ``Signature.bind`` costs ~50 µs for a signature of
-    twenty parameters (measured, 2-CPU machine, loaded). An ordinary call — positional arrays, then known
-    keywords, nothing given twice, every required argument present — is bound by dict updates
-    into a :class:`_Bound` holding what ``BoundArguments`` would; anything else (an unknown
-    keyword, a missing or duplicated argument) goes through ``Signature.bind``, so its
-    ``TypeError`` is Python's own.
-    """
-    parameters = signature.parameters
-    kinds = {p.kind for p in parameters.values()}
-    simple = not kinds & {inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL,
-                          inspect.Parameter.VAR_KEYWORD}
-    positional = [n for n, p in parameters.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
-    names = frozenset(parameters)
-    defaults = {n: p.default for n, p in parameters.items() if p.default is not p.empty}
-    required = frozenset(names - defaults.keys())
-
-    def bind(args, kwargs):
-        if simple and len(args) <= len(positional):
-            given = dict(zip(positional, args, strict=False))
-            if kwargs.keys() <= names and not kwargs.keys() & given.keys():
-                given.update(kwargs)
-                if required <= given.keys():
-                    full = {n: given[n] if n in given else defaults[n] for n in parameters}
-                    return _Bound(full, positional), frozenset(given)
-        bound = signature.bind(*args, **kwargs)
-        passed = frozenset(bound.arguments)
-        bound.apply_defaults()
-        return _Bound(bound.arguments, positional if simple else None, bound), passed
-
-    return bind
-
-
-class _Bound:
-    """The bound arguments of a call (``.arguments``, a dict ``check`` reads) and
-    the ``(args, kwargs)`` they make: the positional parameters in order while present, the rest
-    as keywords — ``inspect.BoundArguments.args`` / ``.kwargs`` without their per-call walk over
-    the whole signature (``positional=None``: an unusual signature, left to ``inspect``)."""
-
-    __slots__ = ("arguments", "_positional", "_inspect")
-
-    def __init__(self, arguments, positional, bound=None):
-        self.arguments, self._positional, self._inspect = arguments, positional, bound
-
-    @property
-    def args(self):
-        if self._positional is None:
-            return self._inspect.args
-        out = []
-        for name in self._positional:
-            if name not in self.arguments:
-                break
-            out.append(self.arguments[name])
-        return tuple(out)
-
-    @property
-    def kwargs(self):
-        if self._positional is None:
-            return self._inspect.kwargs
-        taken = self._positional[:len(self.args)]
-        return {k: v for k, v in self.arguments.items() if k not in taken}
-
-
 
 
 def unexpected_keyword(function: str, name: str, hints: Mapping[str, str]) -> TypeError:
@@ -333,37 +284,35 @@ class ArgumentPlan(NamedTuple):
     """
 
     name: str
-    static: bool = False  # a jit static option (step 3: a concrete 0-d array → its Python value)
+    static: bool = False  # a jit static option (a concrete 0-d array → its Python value)
     boolean: bool = False  # a static option whose default is a bool: only a bool is accepted
     numeric: bool = False  # a hyperparameter whose default is a number: `None` is refused
-    convert: Callable | None = None  # host conversion before tracing (``None`` passes through)
-    replicated: bool = False  # Explicit-mesh shardings gathered first, on every array leaf
-    range_checked: bool = True  # step 1: host float64 / int64 values JAX would narrow, refused
+    convert: Callable | None = None  # host conversion before the program (``None`` passes through)
+    replicated: bool = False  # in the trace: Explicit-mesh shardings gathered, on every array leaf
+    range_checked: bool = True  # host float64 / int64 values JAX would narrow, refused by name
+    traced: Callable | None = None  # in the trace: the conversion the body needs (ids → Groups)
 
     @property
     def rewrites(self) -> bool:
-        """Whether step 3 can change this argument."""
-        return self.static or self.replicated or self.convert is not None
+        """Whether the call (on the host, or in the trace) can change this argument."""
+        return self.static or self.replicated or self.convert is not None or self.traced is not None
 
     def rewriter(self) -> Callable | None:
-        """Step 3 for this argument as one function (``None``: passed as given): static → its
-        Python value; otherwise replicate, then convert."""
+        """The host step for this argument as one function (``None``: passed as given): static →
+        its Python value; converted → ``convert(value)``, except ``None`` and, when the program
+        converts the argument itself (``traced``), JAX arrays."""
         if self.static:
             return functools.partial(static_bool if self.boolean else static_python, self.name)
-        convert, replicated = self.convert, self.replicated
+        convert = self.convert
         if convert is None:
-            return _replicate_tree if replicated else None
-
-        def rewrite(value):
-            if replicated:
-                value = _replicate_tree(value)
-            return None if value is None else convert(value)
-
-        return rewrite
+            return None
+        if self.traced is None:
+            return lambda value: None if value is None else convert(value)
+        return lambda value: value if value is None or isinstance(value, jax.Array) else convert(value)
 
 
 def argument_plans(signature: inspect.Signature, *, static_argnames=(), convert=None,
-                   replicate: bool = False, numeric=()) -> dict[str, ArgumentPlan]:
+                   replicate: bool = False, numeric=(), traced=None) -> dict[str, ArgumentPlan]:
     """Each parameter's :class:`ArgumentPlan` from :func:`jit_public`'s declarations.
 
     A static option with a bool default accepts only a bool; a hyperparameter with a number as
@@ -375,12 +324,12 @@ def argument_plans(signature: inspect.Signature, *, static_argnames=(), convert=
     on the host; static options never reach JAX as arrays). ``convert`` implies ``replicate``:
     functions that scatter rows into per-group tables need their rows gathered anyway.
     """
-    convert = dict(convert or {})
-    unknown = (set(static_argnames) | set(convert)) - set(signature.parameters)
+    convert, traced = dict(convert or {}), dict(traced or {})
+    unknown = (set(static_argnames) | set(convert) | set(traced)) - set(signature.parameters)
     if unknown:
         raise ValueError(f"jit_public: {sorted(unknown)} not among the parameters "
                          f"{list(signature.parameters)}.")
-    both = set(static_argnames) & set(convert)
+    both = set(static_argnames) & (set(convert) | set(traced))
     if both:
         raise ValueError(f"jit_public: {sorted(both)} cannot be both static and converted.")
     replicate = replicate or bool(convert)
@@ -397,20 +346,116 @@ def argument_plans(signature: inspect.Signature, *, static_argnames=(), convert=
             convert=convert.get(name),
             replicated=replicate and name not in static_argnames,
             range_checked=name not in static_argnames and name not in convert,
+            traced=traced.get(name),
         )
         for name in signature.parameters
     }
 
 
+def program_body(body: Callable, signature: inspect.Signature, plan: Mapping[str, ArgumentPlan]):
+    """The function ``jitted`` traces: ``body`` after the in-trace steps of its plan.
+
+    Each replicated argument has its Explicit-mesh shardings gathered (:func:`replicate_explicit`
+    on every array leaf, read off the traced types), then each ``traced`` conversion runs (group
+    ids → :class:`credax.Groups`). They run once per compilation, never on a warm call. A body
+    with neither is returned itself: its ``jitted`` is ``jax.jit(body)``.
+    """
+    steps = {a.name: (a.replicated, a.traced) for a in plan.values()
+             if a.replicated or a.traced is not None}
+    if not steps:
+        return body
+
+    @functools.wraps(body)  # jit reads the signature (static_argnames) through __wrapped__
+    def program(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        arguments = bound.arguments
+        for name, (replicated, traced) in steps.items():
+            if name in arguments:
+                value = arguments[name]
+                if replicated:
+                    value = _replicate_tree(value)
+                if traced is not None and value is not None:
+                    value = traced(value)
+                arguments[name] = value
+        return body(*bound.args, **bound.kwargs)
+
+    return program
+
+
+def reads(*names: str) -> Callable[[Callable], Callable]:
+    """Declare the arguments a ``check`` of :func:`jit_public` reads (``@reads("gamma", "lam")``).
+
+    A call that gives none of them (all defaults) skips the check: the entry runs it once on the
+    defaults when it is built, which also proves that it reads nothing else (a ``KeyError``
+    there). A check without the declaration runs on every call.
+    """
+
+    def declare(check: Callable) -> Callable:
+        check.reads = tuple(names)
+        return check
+
+    return declare
+
+
+# How the common call treats one argument, by its exact type (PublicFunction._admit):
+_PASS, _FLOAT, _INT, _HOST_RANGE, _CONVERT, _OPTION, _FULL = range(7)
+_F32_MAX = float(np.finfo(np.float32).max)
+_I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+_NONE = type(None)
+
+
+@functools.cache
+def _known_types() -> tuple[type, type, dict[str, type]]:
+    """The concrete JAX array type (tracers are other types: they take the full path), the
+    ``Groups`` type and the options values by the argument that takes them. Read at the first
+    call of an entry: importing credax starts no JAX backend, and these modules import this one."""
+    from ._group_ids import Groups
+    from ._loss_options import LossOptions
+    from ._normalization import Normalization
+
+    with jax.ensure_compile_time_eval():  # concrete even when the first call is inside a trace
+        array = type(jax.numpy.zeros(()))
+    assert not issubclass(array, jax.core.Tracer)
+    return array, Groups, {"normalization": Normalization, "options": LossOptions}
+
+
+def _admit(a: ArgumentPlan) -> dict[type, int]:
+    """``{type: how}`` for argument ``a`` on the common call; a type not listed takes the full path.
+
+    Each entry gives exactly what the full path would do to a value of that type: nothing
+    (``_PASS``), a range test that sends a number JAX would narrow to the full path (``_FLOAT``,
+    ``_INT``), :func:`credax._checks.check_host_range` (``_HOST_RANGE``), the host conversion
+    (``_CONVERT``), an options value trusted once its constructor checked it (``_OPTION``).
+    """
+    if a.static:
+        if a.boolean:
+            return {bool: _PASS}
+        return dict.fromkeys((str, int, bool, float, _NONE), _PASS)
+    array, groups, options = _known_types()
+    table = {} if a.numeric else {_NONE: _PASS}
+    option = options.get(a.name)
+    if a.convert is not None:
+        table.update({np.ndarray: _CONVERT, array: _CONVERT})
+        if a.traced is not None:  # the program converts JAX ids and checks a Groups itself
+            table.update({array: _PASS, groups: _PASS})
+    else:
+        table.update({array: _PASS, bool: _PASS, float: _FLOAT, int: _INT,
+                      np.ndarray: _HOST_RANGE if a.range_checked else _PASS})
+    if option is not None:
+        table[option] = _OPTION
+    return table
+
+
 class PublicFunction:
-    """A public credax function: a plain Python body, compiled with ``jax.jit``, behind the host
-    steps of the module docstring (screen, check, rewrite, run).
+    """A public credax function: ``jitted`` (the compiled body) behind a thin host step (the
+    module docstring).
 
     Attributes:
       body: the plain Python function (its docstring, signature and annotations are the entry's).
-      jitted: ``jax.jit(body, static_argnames=...)``, the compiled program the call runs.
+      jitted: ``jax.jit`` of the body after its in-trace steps (:func:`program_body`), with its
+        static arguments: the compiled program the call runs.
       signature: ``inspect.signature(body)``.
-      plan: ``{parameter name: ArgumentPlan}``, what steps 1 and 3 do to each argument.
+      plan: ``{parameter name: ArgumentPlan}``, what the call and the trace do to each argument.
 
     Build one with :func:`jit_public`; :meth:`with_body` builds the same entry around another body.
     """
@@ -418,52 +463,163 @@ class PublicFunction:
     def __init__(self, body: Callable, *, static_argnames: tuple[str, ...] = (),
                  convert: Mapping[str, Callable] | None = None,
                  check: Callable[[Mapping], None] | None = None, replicate: bool = False,
-                 hints: Mapping[str, str] | None = None):
+                 hints: Mapping[str, str] | None = None,
+                 traced: Mapping[str, Callable] | None = None):
         functools.update_wrapper(self, body)  # __wrapped__, __name__, __doc__, __module__, ...
         self._declared = dict(static_argnames=tuple(static_argnames), convert=dict(convert or {}),
-                              check=check, replicate=replicate, hints=dict(hints or {}))
+                              check=check, replicate=replicate, hints=dict(hints or {}),
+                              traced=dict(traced or {}))
         self.body = body
         self.signature = inspect.signature(body)
+        parameters = self.signature.parameters
         self.plan = types.MappingProxyType(argument_plans(
             self.signature, static_argnames=static_argnames, convert=convert, replicate=replicate,
-            numeric=getattr(check, "names", ())))
-        self.jitted = jax.jit(body, static_argnames=static_argnames)
+            numeric=getattr(check, "names", ()), traced=traced))
+        self.jitted = jax.jit(program_body(body, self.signature, self.plan),
+                              static_argnames=static_argnames)
         # The per-call forms of the plan (plain tuples, sets and dicts: read on every call).
         kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        positional = [a for a in self.plan.values() if self.signature.parameters[a.name].kind in kinds]
+        positional = [a for a in self.plan.values() if parameters[a.name].kind in kinds]
+        self._positional = tuple(a.name for a in positional)
         self._screen_at = tuple((a.name, a.range_checked) for a in positional)
         self._unchecked = frozenset(a.name for a in self.plan.values() if not a.range_checked)
         self._numeric = frozenset(a.name for a in self.plan.values() if a.numeric)
         self._rewrite_at = tuple(a.rewriter() for a in positional)
-        self._rewrite_named = {a.name: a.rewriter() for a in self.plan.values() if a.rewrites}
+        rewriters = {a.name: a.rewriter() for a in self.plan.values()}
+        self._rewrite_named = {n: f for n, f in rewriters.items() if f is not None}
+        self._convert = {a.name: a.convert for a in self.plan.values() if a.convert is not None}
         self._check, self._hints = check, dict(hints or {})
-        self._names = frozenset(self.signature.parameters)
-        self._bind = _binder(self.signature) if check is not None else None
+        self._names = frozenset(parameters)
+        self._defaults = {n: p.default for n, p in parameters.items() if p.default is not p.empty}
+        self._order = tuple(parameters)
+        # Required arguments: the leading positional ones, then any others (given by keyword).
+        self._leading = next((i for i, n in enumerate(self._positional) if n in self._defaults),
+                             len(self._positional))
+        self._required_named = (self._names - self._defaults.keys()
+                                - set(self._positional[:self._leading]))
+        self._admit = None  # {name: {type: how}}, built at the first call (_known_types)
+        self._plain = all(p.kind in (*kinds, inspect.Parameter.KEYWORD_ONLY)
+                          for p in parameters.values())  # no *args / **kwargs: the common call applies
+        self._rules = getattr(check, "rules", None)
+        declared = frozenset(getattr(check, "reads", None) or ())
+        self._reads = declared
+        self._check_always = check is not None and self._rules is None and (
+            not hasattr(check, "reads") or not declared <= self._defaults.keys())
+        # The first positional index whose argument the check reads: more arguments given → run it.
+        self._reads_from = min((i for i, n in enumerate(self._positional) if n in declared),
+                               default=len(self._positional))
+        self._check_defaults()
+
+    def _check_defaults(self) -> None:
+        """The check on the defaults, once: a call that gives none of the arguments it reads
+        skips it."""
+        if self._rules is not None:
+            for name, (ok, requirement) in self._rules.items():
+                if self._defaults.get(name) is not None:
+                    check_concrete(self._defaults[name], name, ok, requirement)
+        elif self._check is not None and not self._check_always:
+            self._check({name: self._defaults[name] for name in self._reads})
 
     # --------------------------------------------------------------------------------------------
-    # The call: steps 1-3 give what `jitted` is called with (module docstring)
+    # The call: the common call inline; anything else through the full host screen
     # --------------------------------------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
+        # The common call: every argument of a type the entry knows (a concrete JAX array, a
+        # Groups, a Python number, bool or string, None, a checked options value, a NumPy array
+        # of a checked kind), every keyword a parameter. Each type gets exactly what the full
+        # screen would give it (_admit); anything else takes the full screen (`_arguments`).
+        admit = self._admit
+        if admit is None:
+            admit = self._admit = {a.name: _admit(a) for a in self.plan.values()}
+        if (len(args) > len(self._positional) or not self._names.issuperset(kwargs)
+                or not self._plain):
+            return self._call_in_full(args, kwargs)
+        given = itertools.chain(zip(self._positional, args, strict=False), kwargs.items())
+        converted = None
+        for name, value in given:
+            how = admit[name].get(type(value), _FULL)
+            if how:
+                if how == _FLOAT:
+                    if not -_F32_MAX <= value <= _F32_MAX:
+                        return self._call_in_full(args, kwargs)
+                elif how == _INT:
+                    if not _I32_MIN <= value <= _I32_MAX:
+                        return self._call_in_full(args, kwargs)
+                elif how == _HOST_RANGE:
+                    _checks.check_host_range(value, name)
+                elif how == _CONVERT:
+                    converted = converted or {}
+                    converted[name] = self._convert[name](value)
+                elif how != _OPTION or not value._checked:
+                    return self._call_in_full(args, kwargs)
+        check = self._check
+        if check is not None:
+            rules = self._rules
+            if rules is not None:  # check_values: only a given argument can break its rule
+                given = itertools.chain(zip(self._positional, args, strict=False), kwargs.items())
+                for name, value in given:
+                    if name in rules and value is not None:
+                        check_concrete(value, name, *rules[name])
+            elif (self._check_always or len(args) > self._reads_from
+                  or not self._reads.isdisjoint(kwargs)):
+                if len(args) < self._leading or not self._required_named <= kwargs.keys():
+                    return self._call_in_full(args, kwargs)  # bound by inspect
+                arguments = dict.fromkeys(self._order)  # in signature order, as inspect binds
+                arguments.update(self._defaults)
+                arguments.update(zip(self._positional, args, strict=False))
+                arguments.update(kwargs)
+                check(arguments)
+        if converted is None:
+            try:
+                return self.jitted(*args, **kwargs)
+            except Exception:
+                self._diagnose(args, kwargs)
+                raise
+        return self._call_converted(args, kwargs, converted)
+
+    def _call_converted(self, args, kwargs, converted):
+        """The common call with host ids (or anchors) converted on the host."""
+        new_args = [converted.get(n, v) for n, v in zip(self._positional, args, strict=False)]
+        new_kwargs = {k: converted.get(k, v) for k, v in kwargs.items()}
+        try:
+            return self.jitted(*new_args, **new_kwargs)
+        except Exception:
+            self._diagnose(args, kwargs)
+            raise
+
+    def _call_in_full(self, args, kwargs):
         args, kwargs = self._arguments(args, kwargs)
         return self.jitted(*args, **kwargs)
 
+    def _diagnose(self, args, kwargs) -> None:
+        """After the common call failed inside JAX: the full screen's error, where it has one
+        (e.g. a hand-built ``Groups`` whose ``num_groups`` JAX cannot hash); else nothing, and
+        JAX's own error stands."""
+        try:
+            self._arguments(args, kwargs)
+        except Exception as named:
+            raise named from None
+
     def lower(self, *args, **kwargs):
-        """``jitted.lower`` on the arguments as the call checks and rewrites them."""
+        """``jitted.lower`` on the arguments as the call checks and converts them."""
         args, kwargs = self._arguments(args, kwargs)
         return self.jitted.lower(*args, **kwargs)
 
     def _arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The full host step: screen, check, host conversion (module docstring)."""
         self._screen(args, kwargs)
-        if self._bind is not None:
-            args, kwargs = self._check_bound(args, kwargs)
+        if self._check is not None:
+            bound = self.signature.bind(*args, **kwargs)  # Python's own TypeError when it fails
+            bound.apply_defaults()
+            self._check(bound.arguments)
         if self._rewrite_named:
             args, kwargs = self._rewrite(args, kwargs)
         return args, kwargs
 
     def _screen(self, args, kwargs) -> None:
-        """Step 1, before ``jit``'s generic errors: unknown keywords, torch tensors and narrowed
-        host values."""
+        """Unknown keywords, torch tensors, misplaced options values, narrowed host values and
+        nulls, before ``jit``'s generic errors."""
         function = self.__name__
         if not kwargs.keys() <= self._names:
             name = sorted(kwargs.keys() - self._names)[0]
@@ -483,14 +639,8 @@ class PublicFunction:
             if value is None and name in self._numeric:
                 raise _null(name)
 
-    def _check_bound(self, args, kwargs):
-        """Step 2: ``check`` on the bound arguments (defaults applied)."""
-        bound, _ = self._bind(args, kwargs)
-        self._check(bound.arguments)
-        return args, kwargs
-
     def _rewrite(self, args, kwargs):
-        """Step 3: each argument by its plan (static → Python value, replicate, convert)."""
+        """Static options → Python values; converted arguments → their host conversion."""
         out = [v if f is None else f(v) for f, v in zip(self._rewrite_at, args, strict=False)]
         out.extend(args[len(out):])  # extra positional arguments: as given, for jit's error
         named = self._rewrite_named
@@ -529,27 +679,33 @@ def jit_public(
     check: Callable[[Mapping], None] | None = None,
     replicate: bool = False,
     hints: Mapping[str, str] | None = None,
+    traced: Mapping[str, Callable] | None = None,
 ) -> Callable[[Callable], PublicFunction]:
     """Decorator for public functions: the body becomes a :class:`PublicFunction`.
 
     Args:
       static_argnames: options that change the program (strings, bools, shapes).
-      convert: ``{argument name: converter}`` applied on the host before tracing (``None``
-        arguments pass through: optional groupings). When given, every array argument sharded over
-        Explicit mesh axes is replicated first — only functions that scatter rows into per-group
-        tables need it; row-wise functions (turn scans, losses) keep their batch sharding.
-      check: called with the bound arguments (defaults applied) before tracing; raises on a
-        concrete value out of range (see :func:`concrete_float`).
-      replicate: replicate Explicit-mesh-sharded array arguments even without ``convert``: for
-        functions whose gathers, scatters or scan carries cannot resolve an explicit sharding
-        (turn scans, role tables, judge windows, per-turn token reductions). Their inputs are
-        ``[B, K]`` turn tensors or one ``[B, T]`` reduction, small next to the loss's.
+      convert: ``{argument name: converter}`` applied on the host before the program (``None``
+        arguments pass through: optional groupings; so do JAX arrays for an argument that is also
+        ``traced``). When given, every array argument sharded over Explicit mesh axes is
+        replicated in the trace — only functions that scatter rows into per-group tables need it;
+        row-wise functions (turn scans, losses) keep their batch sharding.
+      check: called with the bound arguments (defaults applied) before the program; raises on a
+        concrete value out of range (see :func:`concrete_float`). ``check_values`` rules, and
+        checks declaring what they read (:func:`reads`), run only when one of those is given.
+      replicate: replicate Explicit-mesh-sharded array arguments, in the trace, even without
+        ``convert``: for functions whose gathers, scatters or scan carries cannot resolve an
+        explicit sharding (turn scans, role tables, judge windows, per-turn token reductions).
+        Their inputs are ``[B, K]`` turn tensors or one ``[B, T]`` reduction, small next to the
+        loss's.
       hints: ``{keyword: sentence}`` added to the ``TypeError`` of an unknown keyword (e.g. the
         normalisation fields, which are passed as one ``normalization=`` value).
+      traced: ``{argument name: converter}`` applied inside the compiled program, at trace time
+        (group ids → ``Groups`` by :func:`credax.groups`: JAX ids cost no second dispatch).
     """
 
     def decorate(body: Callable) -> PublicFunction:
         return PublicFunction(body, static_argnames=static_argnames, convert=convert, check=check,
-                              replicate=replicate, hints=hints)
+                              replicate=replicate, hints=hints, traced=traced)
 
     return decorate

@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import check_concrete, concrete_numpy, jit_public
+from ._api import check_concrete, concrete_numpy, jit_public, reads
 from ._losses import aggregate_values, check_agg, check_normalizer
 from ._turns import check_token_turn, masked_discounted_sum, next_valid
 
@@ -84,6 +84,7 @@ def _check_unit_interval(value, name: str) -> None:
         raise ValueError(f"`{name}` must lie in [0, 1]; got {shown} at row {i}.")
 
 
+@reads("gamma", "lam")
 def _check_gae_args(a) -> None:
     _check_unit_interval(a["gamma"], "gamma")
     _check_unit_interval(a["lam"], "lam")
@@ -322,6 +323,7 @@ def turn_gae_advantages(
     return TurnGAE(adv.astype(out_dtype), ret.astype(out_dtype), tv.astype(out_dtype))
 
 
+@reads("alpha")
 def _check_alpha(a) -> None:
     check_concrete(a["alpha"], "alpha", lambda v: v > 0, "be positive (λ = 1 - 1/(α·L))")
 
@@ -367,6 +369,7 @@ def vapo_lambda(
     return jnp.where(positive, jnp.maximum(lam, 0), jnp.zeros_like(lam))
 
 
+@reads("clip", "normalizer")
 def _check_value_loss_args(a) -> None:
     if a["clip"] is not None:
         check_concrete(a["clip"], "clip", lambda v: v > 0, "be positive (or None for no clipping)")

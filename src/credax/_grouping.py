@@ -17,30 +17,33 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _api, _checks
-from ._group_ids import Groups, groups, host_state_ids
+from ._group_ids import Groups, groups, host_ids, host_state_ids
 from ._group_stats import group_stats, prepare, segment_stats
 from ._normalization import MOVED_TO_NORMALIZATION, Normalization, as_normalization
 
 
 def jit_grouped(*, static_argnames: tuple[str, ...] = (), check=None, anchors: bool = False):
-    """:func:`credax._api.jit_public` for functions taking ``group_ids``: ids → ``Groups`` first.
+    """:func:`credax._api.jit_public` for functions taking ``group_ids``: the body gets a ``Groups``.
 
-    The ids are converted by :func:`groups` outside the compiled function, so raw ids and a
-    precomputed ``Groups`` hit the same compiled program, and concrete 64-bit ids are checked on
-    the host. ``None`` passes through (an optional grouping, as in ``select_top_surprisal``).
-    ``anchors=True``: ``anchor_ids`` too are densified exactly on the host (:func:`host_state_ids`).
-    A ``normalization`` argument is checked on the host (:func:`as_normalization`: a
-    :class:`Normalization` or ``None``, anything else a ``TypeError`` naming it); the body turns
-    ``None`` into its own default (:func:`normalization_or`).
+    :func:`groups` makes it inside the compiled program: JAX ids are densified there (one
+    dispatch, a program of their own), a precomputed ``Groups`` is checked there. Host ids
+    (NumPy, lists) are converted by :func:`groups` on the host first (:func:`host_ids`: 64-bit
+    ids exactly), so they share the program of a ``Groups``. ``None`` passes through (an optional
+    grouping, as in ``select_top_surprisal``). ``anchors=True``: ``anchor_ids`` too are densified
+    exactly on the host (:func:`host_state_ids`). A ``normalization`` argument is checked on the
+    host (:func:`as_normalization`: a :class:`Normalization` or ``None``, anything else a
+    ``TypeError`` naming it); the body turns ``None`` into its own default (:func:`normalization_or`).
     """
-    convert = {"group_ids": groups, "normalization": as_normalization}
+    convert = {"group_ids": host_ids, "normalization": as_normalization}
     if anchors:
         convert["anchor_ids"] = host_state_ids
 
     def decorate(body):
-        declared = {k: v for k, v in convert.items() if k in inspect.signature(body).parameters}
+        parameters = inspect.signature(body).parameters
+        declared = {k: v for k, v in convert.items() if k in parameters}
+        traced = {"group_ids": groups} if "group_ids" in parameters else None
         return _api.jit_public(static_argnames=static_argnames, convert=declared, check=check,
-                               hints=MOVED_TO_NORMALIZATION)(body)
+                               hints=MOVED_TO_NORMALIZATION, traced=traced)(body)
 
     return decorate
 

@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import concrete_numpy, jit_public
+from ._api import concrete_numpy, jit_public, reads
 
 # --------------------------------------------------------------------------------------------
 # Token log-probabilities.
@@ -148,6 +148,7 @@ def check_temperature(temperature) -> None:
                 f"{float(inverse):g}; the logits would be inf or NaN.")
 
 
+@reads("temperature")
 def _check_temperature_arg(arguments) -> None:
     check_temperature(arguments["temperature"])
 

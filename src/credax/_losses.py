@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import POSITIVE, check_concrete, check_values, concrete_float, jit_public
+from ._api import POSITIVE, check_concrete, check_values, concrete_float, jit_public, reads
 from ._loss_options import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -242,7 +242,12 @@ def check_agg(mode: str, normalizer) -> None:
         raise ValueError("`mode='token-sum'` has no denominator; do not pass `normalizer`.")
 
 
-@jit_public(static_argnames=("mode",), check=lambda a: check_normalizer(a["normalizer"]))
+@reads("normalizer")
+def _check_normalizer_arg(a) -> None:
+    check_normalizer(a["normalizer"])
+
+
+@jit_public(static_argnames=("mode",), check=_check_normalizer_arg)
 def aggregate(
     values: Float[Array, "B T"],
     mask: Bool[Array, "B T"] | None,
@@ -373,6 +378,7 @@ class PolicyLoss(NamedTuple):
     metrics: PolicyMetrics
 
 
+@reads("options", "ref_logp", "entropy")
 def _check_policy_args(a) -> None:
     """The loss's options (``options=``) and the arguments they need, before tracing."""
     options = as_loss_options(a["options"])

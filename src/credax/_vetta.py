@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import jit_public
+from ._api import jit_public, reads
 from ._gae import _check_gae_args, _check_unit_interval, _row_scalar, turn_gae_advantages
 from ._turns import check_token_turn, gather_turns
 
@@ -56,6 +56,7 @@ def _segmented_gae(r, v, seg, ok, gamma, lam):
     return adv.T
 
 
+@reads("gamma", "lam", "token_gamma", "token_lam")
 def _check_args(a) -> None:
     _check_gae_args(a)
     _check_unit_interval(a["token_gamma"], "token_gamma")
