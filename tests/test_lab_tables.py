@@ -28,7 +28,8 @@ def _oracle():
 
 def test_guide_tables_match_the_results_json(record):
     assert _block(tables.GUIDE) == tables.render(record, _oracle(), tables.ci_records(),
-                                                 tables._load(tables.PUZZLE_RESULTS))
+                                                 tables._load(tables.PUZZLE_RESULTS),
+                                                 tables._load(tables.MACHINE_RESULTS))
 
 
 def test_readme_block_matches_the_results_json(record):

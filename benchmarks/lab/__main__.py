@@ -227,6 +227,17 @@ def seed_counts(methods, seeds: int, headline=(), rest: int | None = None) -> tu
     return tuple(seeds if m.name in headline else min(rest, seeds) for m in methods)
 
 
+def cpu_model() -> str | None:
+    """The processor's model name (Linux), recorded with a run: trained outcomes are only
+    distributionally reproducible across processors (docs/guides/credit-lab.md)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                        None)
+    except OSError:
+        return platform.processor() or None
+
+
 def run_task(name: str, cfg: Config, methods, seeds, t0: float, raw: pathlib.Path | None = None,
              counts: tuple[int, ...] | None = None) -> dict:
     """Train and measure one task; return its JSON record. ``raw``: a pickle of the host-side
@@ -466,6 +477,7 @@ def main(argv=None) -> int:
         "tasks": {t: results[t] for t in tasks},
         "timing": timing,
         "environment": {"jax": jax.__version__, "platform": jax.devices()[0].platform,
+                        "cpu": cpu_model(),
                         "cpu_count": os.cpu_count(), "python": platform.python_version()},
         "command": command,
     }
