@@ -14,7 +14,6 @@ These sweeps own both properties: a module's own tests keep its goldens and refe
 
 import inspect
 
-import jax
 import numpy as np
 import pytest
 
@@ -145,6 +144,8 @@ def test_schedule_names_every_numeric_hyperparameter():
 
 @pytest.mark.parametrize("label", ENTRIES)
 def test_traces_once(label, traced_once):
+    # `lower` is the call's own path (host checks, id conversion, static rewrites, then the jit's
+    # trace cache) without XLA's compile, which a trace count does not need.
     c = calls.ALL[label]
     public = getattr(credax, c.name)
     fn = traced_once(public)  # its body traced more than once raises AssertionError
@@ -152,10 +153,8 @@ def test_traces_once(label, traced_once):
     for i in range(3):
         batch = calls.example_batch(seed=i)  # new values and new ids, the same shapes
         args, kwargs = _scheduled(signature, *c.args(batch), i)
-        out = jax.block_until_ready(fn(*args, **kwargs))
-    # A Groups computed once hits the program of the raw ids, with the same result.
+        fn.lower(*args, **kwargs)
+    # A Groups computed once hits the program of the raw ids (the conversion the call does).
     batch = batch._replace(group_ids=credax.groups(batch.group_ids))
     args, kwargs = _scheduled(signature, *c.args(batch), 2)
-    again = fn(*args, **kwargs)
-    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(again), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    fn.lower(*args, **kwargs)
