@@ -98,6 +98,7 @@ SCHEDULE = {
     "invalid_penalty": (0.1, 0.2, 0.5), "success_reward": (10.0, 5.0, 1.0),
     "step_discount": (1.0, 0.9, 0.5), "f_norm": (1.0, 0.5, 2.0), "clip": (0.5, 0.2, 1.0),
     "clamp": (20.0, 10.0, 5.0), "temperature": (1.0, 0.7, 1.3),
+    "reaction_coef": (1.0, 0.5, 2.0),  # FACA's (merged on main after this branch began)
     "constants": ((1.0, 0.5, -0.1, -0.5), (2.0, 1.0, 0.0, -1.0), (0.5, 0.25, -0.05, -0.25)),
 }
 SCALED = {"weights": (1.0, 0.5, 2.0)}  # array hyperparameters (GDPO's [C], redistribution's [B, K])
