@@ -62,7 +62,7 @@ def traced_once():
 # saved, longest first); files not listed keep their order after these.
 SLOW_FIRST = ("test_dogfood", "test_groups", "test_lab_tiny", "test_notebooks", "test_multidevice",
               "test_tcpo", "test_bench_quick", "test_docs", "test_torch", "test_losses", "test_hgpo",
-              "test_nnx", "test_outcome", "test_adversarial", "test_lab", "test_rollouts",
+              "test_nnx", "test_outcome", "test_normalization", "test_lab", "test_rollouts",
               "test_wheel", "test_gigpo", "test_explain", "test_mt_grpo", "test_layout",
               "test_testing", "test_triage", "test_shape_contract", "test_turns")
 

@@ -1,15 +1,21 @@
-"""Bad input, one table-driven sweep (issue 37, reliability round four).
+"""Bad input, one table-driven sweep (issue 37, reliability round four; issue 36: tests by subject).
 
-Every row of :data:`ROWS` is one probe: a call, the bad argument, and either the exception it must
-raise (its type, and a regex that must match the message; the message must also contain the
-argument's name) or a documented behaviour (a check of the result, worked by hand in the comment
-next to it, or compared with an independent NumPy computation). The rows are filed by class
-(``CLASSES``); ``test_row_count`` counts them. The degenerate-input guide
+The rule (tests/probes.py): a probe of one function's or one value's bad input lives in that
+subject's test file, in its table ``probe``; a table that sweeps one kind of bad input across many
+functions is a class of rows here. Every row of :data:`ROWS` is one probe: a call, the bad argument,
+and either the exception it must raise (its type, and a regex that must match the message; the
+message must also contain the argument's name) or a documented behaviour (a check of the result,
+worked by hand in the comment next to it, or compared with an independent NumPy computation). The
+rows are filed by class (``CLASSES``; ``test_every_class_has_rows``). The degenerate-input guide
 (``docs/guides/degenerate-input.md``) lists every behaviour documented here.
 
-* ``f32``: concrete hyperparameters finite as a double but beyond float32 (JAX without x64 would
-  make them ``inf``): a ``ValueError`` naming the argument before tracing;
+* ``f32``: concrete hyperparameters, and the array inputs of the group statistics, finite as a
+  double but beyond float32 (JAX without x64 would make them ``inf``): a ``ValueError`` naming the
+  argument before tracing;
 * ``null``: ``None`` (a config null) for a numeric hyperparameter: a ``TypeError`` naming it;
+* ``int32``: 64-bit index inputs (turn maps, roles, tokens) beyond int32, which JAX would wrap;
+* ``range``: concrete hyperparameters out of their range, as NumPy or JAX scalars;
+* ``static``: static options given as concrete 0-d arrays (their Python value) or traced (named);
 * ``bool``: static bool options given as strings, ints or ``None``: a ``TypeError`` naming the
   option, never read by truthiness (``"false"`` is truthy);
 * ``norm``: :class:`credax.Normalization` with a huge ``ddof``, attribute deletion, a subclass,
@@ -22,13 +28,15 @@ next to it, or compared with an independent NumPy computation). The rows are fil
   it (``check_finite_gradients`` on a group-centred function whose std counts padding);
 * ``g2po``: the episode part of a one-trajectory prompt under each pooling, against the NumPy
   restatement of the reference code, and the docstring that states it;
-* ``skip``: the probes of ``tests/test_adversarial_r3.py`` that need torch (or verl) skip without
-  it, never fail with an ``ImportError``.
+* ``skip``: the rows here that need torch (or verl), and the test files of the torch and verl
+  bridges (which hold their probes), skip without them, never fail with an ``ImportError``.
 """
 
 from __future__ import annotations
 
-import inspect
+import contextlib
+import importlib.util
+import pathlib
 import re
 import sys
 from collections.abc import Callable
@@ -41,9 +49,11 @@ import pytest
 
 import credax
 from credax import Normalization, Rollout, Turn, presets
+from tests.probes import INF, NAN
 from tests.reference.g2po import g2po_rows, rows_from_padded
 
-CLASSES = ("f32", "null", "bool", "norm", "logprobs", "hgpo", "bridge", "checkers", "g2po", "skip")
+CLASSES = ("f32", "null", "int32", "range", "static", "bool", "norm", "logprobs", "hgpo", "bridge",
+           "checkers", "g2po", "skip")
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,12 @@ def raises(cls, label, call, arg, exc, match=None):
 
 def behaves(cls, label, call, arg, check):
     ROWS.append(Row(cls, label, call, arg, check=check))
+
+
+def _is(expected):
+    def check(out):
+        assert out == expected, out
+    return check
 
 
 # Small inputs, repeated so the module compiles few programs.
@@ -182,6 +198,115 @@ raises("f32", "best_prior.initial.int_2_40", lambda: credax.best_prior(S, M, ini
 def _():
     # best_prior's first turn is `initial` itself.
     return credax.best_prior(S, M, initial=float(np.finfo(np.float32).max))
+
+
+# Array inputs finite in float64 but beyond float32 (x64 off): JAX would cast 1e39 to inf and the
+# group would come out NaN with no error (before: validate_rewards checked finiteness in float64
+# only). Moved from tests/test_adversarial_r3.py (f32.float64_beyond_float32_*).
+BIG = np.array([1e39, -1e39, 0.0, 0.5])
+OVERFLOW_CALLS = {
+    "grpo": (lambda x: credax.grpo_advantages(x, IDS4), "rewards"),
+    "group_normalize": (lambda x: credax.group_normalize(x, IDS4), "x"),
+    "rloo": (lambda x: credax.rloo_advantages(x, IDS4), "rewards"),
+    "group_mean": (lambda x: credax.group_mean(x, IDS4), "x"),
+    "peer_mean": (lambda x: credax.peer_mean(x, IDS4), "x"),
+    "shrinkage": (lambda x: credax.shrinkage_advantages(x, IDS4), "rewards"),
+    "dead_groups": (lambda x: credax.dead_groups(x, IDS4), "rewards"),
+    "validate_rewards": (lambda x: credax.validate_rewards(x, IDS4), "rewards"),
+}
+for _label, (_fn, _arg) in OVERFLOW_CALLS.items():
+    raises("f32", f"array.{_label}", lambda f=_fn: f(BIG), _arg, ValueError,
+           r"holds 1e\+39 at index 0.*float32")
+
+
+# ============================================================================================
+# Class int32: 64-bit NumPy index inputs beyond int32 (x64 off): JAX would wrap them
+# (2**32 -> 0, a real turn). Moved from tests/test_adversarial_r3.py (ids.int64_beyond_int32_*).
+# ============================================================================================
+
+TT_BIG = np.array([[0, 1, 2**32]])
+BEYOND_INT32 = {
+    "broadcast_token_turn": (lambda: credax.broadcast_to_tokens(np.ones((1, 2), np.float32), TT_BIG),
+                             "token_turn"),
+    "broadcast_token_turn_uint64": (lambda: credax.broadcast_to_tokens(
+        np.ones((1, 2), np.float32), TT_BIG.astype(np.uint64)), "token_turn"),
+    "turn_values": (lambda: credax.turn_values(np.ones((1, 3), np.float32), TT_BIG, num_turns=2),
+                    "token_turn"),
+    "turn_gae": (lambda: credax.turn_gae_advantages(np.ones((1, 2), np.float32),
+                                                    np.ones((1, 3), np.float32), TT_BIG,
+                                                    np.ones((1, 2), bool)), "token_turn"),
+    "turn_surprisal": (lambda: credax.turn_surprisal(np.ones((1, 3), np.float32), TT_BIG,
+                                                     num_turns=2), "token_turn"),
+    "triage_roles": (lambda: credax.triage_advantages(np.ones(1, np.float32),
+                                                      np.array([[0, 2**32 + 1]]),
+                                                      np.ones((1, 2), bool)), "roles"),
+    "credit_by_role": (lambda: credax.credit_by_role(np.ones((1, 2), np.float32),
+                                                     np.array([[1, 2**32 + 1]]),
+                                                     np.ones((1, 2), bool)), "roles"),
+    "token_logprobs_tokens": (lambda: credax.token_logprobs(np.zeros((1, 3, 4), np.float32),
+                                                            np.array([[0, 1, 2**32 + 1]])), "tokens"),
+}
+for _label, (_call, _arg) in BEYOND_INT32.items():
+    raises("int32", _label, _call, _arg, ValueError, r"int32")
+
+
+# ============================================================================================
+# Class range: concrete hyperparameters out of range are refused whatever their type (NumPy,
+# JAX). Moved from tests/test_adversarial.py (c3_<label>_<kind>).
+# ============================================================================================
+
+Z22 = np.zeros((2, 2), np.float32)
+M22 = np.ones((2, 2), bool)
+R2 = np.array([1.0, 0.0], np.float32)
+IDS2 = np.array([3, 3])
+OTHER_HYPER = [
+    ("gamma_tcpo", "gamma", 1.5, lambda **kw: credax.tcpo_advantages(Z22, M22, IDS2, **kw)),
+    ("gamma_returns", "gamma", -0.1, lambda **kw: credax.discounted_returns(Z22, M22, **kw)),
+    ("gamma_gigpo", "gamma", NAN, lambda **kw: credax.gigpo_advantages(R2, Z22, np.zeros((2, 2), int),
+                                                                       M22, IDS2, **kw)),
+    ("gamma_hgpo", "gamma", 2.0, lambda **kw: credax.hgpo_advantages(R2, Z22, np.zeros((2, 2), int),
+                                                                     M22, IDS2, **kw)),
+    ("lam_triage", "lam", NAN, lambda **kw: credax.triage_advantages(R2, np.zeros((2, 2), np.int32), M22,
+                                                                     **kw)),
+    ("lam_process", "lam", INF, lambda **kw: credax.scalar_process_advantages(R2, Z22, M22, **kw)),
+    ("turn_coef", "turn_coef", NAN, lambda **kw: credax.mt_grpo_advantages(Z22, R2, M22, IDS2, **kw)),
+    ("omega", "omega", INF, lambda **kw: credax.gigpo_advantages(R2, Z22, np.zeros((2, 2), int), M22,
+                                                                 IDS2, **kw)),
+    ("initial_best_prior", "initial", NAN, lambda **kw: credax.best_prior(Z22, M22, **kw)),
+    ("threshold", "success_threshold", NAN, lambda **kw: credax.retrospective_credit(Z22, M22, **kw)),
+    ("hindsight_weight", "hindsight_weight", INF, lambda **kw: credax.tcpo_advantages(Z22, M22, IDS2,
+                                                                                      **kw)),
+    ("kl_clamp_fn", "clamp", -1.0, lambda **kw: credax.kl_divergence(R2, R2, **kw)),
+    ("aggregate_normalizer", "normalizer", 0.0, lambda **kw: credax.aggregate(Z22, M22, **kw)),
+    ("adjacent_initial", "initial", INF, lambda **kw: credax.adjacent_delta_credit(Z22, M22, **kw)),
+]
+for _label, _arg, _bad, _fn in OTHER_HYPER:
+    for _kind, _make in (("numpy", np.float32), ("jax", jnp.asarray)):
+        raises("range", f"{_label}_{_kind}", lambda fn=_fn, arg=_arg, bad=_bad, make=_make: fn(
+            **{arg: make(bad)}), _arg, ValueError)
+
+
+# ============================================================================================
+# Class static: static options given as arrays. Moved from tests/test_adversarial.py
+# (c7_static_int_as_jax_array, c7_static_traced_is_named, c7_static_array_not_scalar).
+# ============================================================================================
+
+# Documented: a concrete 0-d array (NumPy or JAX) is the Python value it holds.
+behaves("static", "budget_jax_array", lambda: credax.select_top_surprisal(
+    np.array([[0.3, 2.0, 0.7]], np.float32), np.ones((1, 3), bool), budget=jnp.asarray(1)).tolist(),
+    "budget", _is([[False, True, False]]))
+behaves("static", "before_np_int64_after_jax_array", lambda: credax.judge_windows(
+    np.ones((1, 2), bool), before=np.int64(1), after=jnp.asarray(0)).index.tolist(),
+    "before", _is([[[-1, 0], [0, 1]]]))
+behaves("static", "num_turns_jax_array", lambda: credax.turn_surprisal(
+    np.array([[-1.0]], np.float32), np.array([[0]]), num_turns=jnp.asarray(2)).tolist(),
+    "num_turns", _is([[1.0, 0.0]]))
+raises("static", "traced_budget", lambda: jax.jit(lambda b: credax.select_top_surprisal(
+    np.zeros((1, 3), np.float32), np.ones((1, 3), bool), budget=b))(2), "budget", TypeError,
+    "`budget` is static")
+raises("static", "array_before", lambda: credax.judge_windows(np.ones((1, 2), bool),
+                                                               before=np.array([1, 2])),
+       "before", TypeError, "`before` is static")
 
 
 # ============================================================================================
@@ -425,12 +550,6 @@ def _uids(make):
     return lambda: _verl().uid_to_group_ids(make(_torch())).tolist()
 
 
-def _is(expected):
-    def check(out):
-        assert out == expected, out
-    return check
-
-
 for _label, _make, _want in (
         # Before: every row its own prompt ([0, 1, 2, 3]): iterating a tensor gives 0-d tensors,
         # hashed by identity.
@@ -649,38 +768,52 @@ behaves("g2po", "docstring", lambda: re.sub(r"\s+", " ", credax.g2po_advantages.
 
 
 # ============================================================================================
-# Class skip: tests of an optional extra skip without it.
+# Class skip: tests of an optional extra skip without it, never fail with an ImportError.
 # ============================================================================================
 
-def _needs_torch_probes() -> dict:
-    from tests import test_adversarial_r3 as r3
-    return {key: fn for key, fn in r3.PROBES.items()
-            if re.search(r"\btorch\b|_verl\(|_ct\(", inspect.getsource(fn))}
+@contextlib.contextmanager
+def _without(extras):
+    """``import <extra>`` raises ImportError inside the block (``sys.modules[extra] = None``)."""
+    saved = {m: sys.modules.get(m) for m in extras}
+    try:
+        for m in extras:
+            sys.modules[m] = None
+        yield
+    finally:
+        for m, v in saved.items():
+            if v is None:
+                sys.modules.pop(m, None)
+            else:
+                sys.modules[m] = v
 
 
-def _without_torch(key):
+def _row_without_torch(row):
     def run():
-        from tests import test_adversarial_r3 as r3
-        saved = {m: sys.modules.get(m) for m in ("torch", "verl")}
-        cached = r3.cv
-        try:
-            sys.modules["torch"] = sys.modules["verl"] = None  # `import torch` raises ImportError
-            r3.cv = None
-            r3.PROBES[key]()
-        finally:
-            r3.cv = cached
-            for m, v in saved.items():
-                if v is None:
-                    sys.modules.pop(m, None)
-                else:
-                    sys.modules[m] = v
+        with _without(("torch", "verl")):
+            row.call()
     return run
 
 
-for _key in sorted(_needs_torch_probes()):
-    # Before: `import torch` ran before the probe's importorskip: ImportError, not a skip.
-    raises("skip", _key, _without_torch(_key), "torch", pytest.skip.Exception,
+def _module_without(module, extras):
+    """Import ``tests/<module>.py`` afresh (a module object of its own) without ``extras``."""
+    def run():
+        spec = importlib.util.spec_from_file_location(f"_without_extras_{module}",
+                                                      pathlib.Path(__file__).with_name(f"{module}.py"))
+        with _without(extras):
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    return run
+
+
+for _row in [r for r in ROWS if r.cls == "bridge"]:
+    # Before (the probes of the former tests/test_adversarial_r3.py): `import torch` ran before
+    # the probe's importorskip: ImportError, not a skip.
+    raises("skip", _row.label, _row_without_torch(_row), "torch", pytest.skip.Exception,
            r"could not import 'torch'|could not import 'verl'")
+# The torch and verl bridges' probes live in their modules, which skip as a whole without them.
+for _module, _extras in (("test_torch", ("torch",)), ("test_verl", ("torch", "verl")),
+                         ("test_verl", ("verl",))):
+    raises("skip", f"{_module}.without_{'_'.join(_extras)}", _module_without(_module, _extras),
+           _extras[0], pytest.skip.Exception, rf"could not import '{_extras[0]}'")
 
 
 # --------------------------------------------------------------------------------------------
@@ -703,8 +836,7 @@ def test_row_ids_unique():
     assert len(ids) == len(set(ids))
 
 
-def test_row_count():
-    # Issue 37 asks for at least 250 new probes; every class has some.
+def test_every_class_has_rows():
     counts = {cls: sum(r.cls == cls for r in ROWS) for cls in CLASSES}
     assert all(counts.values()), counts
-    assert len(ROWS) >= 250, counts
+    assert {r.cls for r in ROWS} <= set(CLASSES), counts

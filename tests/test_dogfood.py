@@ -1,12 +1,20 @@
-"""credax's own functions under credax.testing: the invariants users check, checked on us.
+"""The sweeps of every public function: the invariants users check, checked on us, and compile once.
 
 Each public estimator runs through every checker that its contract promises (SPEC §0: masked
 entries are exactly 0 and never matter, rows are trajectories in any order, groups come from ids
 only, jit == eager, finite gradients). Zero mean per (group, turn) is checked only where the output
 is a centred, group-normalised quantity. Adapters are module-level functions, so the checkers run
 on one function share its compilations (credax.testing caches the jit on (fn, adapter)).
+
+Compile once: every entry of the call table (every public array function, and the other forms of
+a call) traces its body once for repeated calls with new values, new ids, a precomputed ``Groups``
+and a schedule of every numeric hyperparameter (the traced-once fixture of tests/conftest.py).
+These sweeps own both properties: a module's own tests keep its goldens and references.
 """
 
+import inspect
+
+import numpy as np
 import pytest
 
 import credax
@@ -73,3 +81,81 @@ def test_batch_scale_is_not_group_isolated():
     with pytest.raises(AssertionError, match="^group isolation violated"):
         ct.check_group_isolation(fn, adapter=OUTCOME, shapes=SHAPES, max_examples=40,
                                  shrink=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Compile once: new values, new ids, a Groups and new hyperparameters reuse the program.
+# --------------------------------------------------------------------------------------------
+
+# Three values of each numeric hyperparameter (by its name in any public signature), all valid.
+SCHEDULE = {
+    "gamma": (0.9, 0.5, 1.0), "lam": (0.95, 0.5, 1.0), "token_gamma": (1.0, 0.9, 0.5),
+    "token_lam": (1.0, 0.8, 0.5), "omega": (1.0, 0.5, 2.0), "alpha": (0.05, 0.5, 1.0),
+    "turn_coef": (1.0, 0.5, 2.0), "success_threshold": (1.0, 0.9, 0.5),
+    "progress_weight": (1.0, 0.5, 2.0), "preservation_weight": (0.1, 0.0, 0.5),
+    "regression_weight": (1.0, 0.5, 2.0), "hindsight_weight": (1.0, 0.5, 0.25),
+    "counterfactual_weight": (1.0, 2.0, 0.5), "initial": (0.0, 0.1, 0.5),
+    "invalid_penalty": (0.1, 0.2, 0.5), "success_reward": (10.0, 5.0, 1.0),
+    "step_discount": (1.0, 0.9, 0.5), "f_norm": (1.0, 0.5, 2.0), "clip": (0.5, 0.2, 1.0),
+    "clamp": (20.0, 10.0, 5.0), "temperature": (1.0, 0.7, 1.3),
+    "reaction_coef": (1.0, 0.5, 2.0),  # FACA's (merged on main after this branch began)
+    "constants": ((1.0, 0.5, -0.1, -0.5), (2.0, 1.0, 0.0, -1.0), (0.5, 0.25, -0.05, -0.25)),
+}
+SCALED = {"weights": (1.0, 0.5, 2.0)}  # array hyperparameters (GDPO's [C], redistribution's [B, K])
+EPS = (1e-6, 1e-4, 0.0)  # a Normalization's eps (a leaf: same static fields, same program)
+CLIPS = ((0.2, 0.2, 3.0), (0.1, 0.3, 2.0), (0.3, 0.28, 2.5))  # LossOptions' clip_low, clip_high, dual_clip
+ENTRIES = [label for label, c in calls.ALL.items()
+           if hasattr(getattr(credax, c.name), "with_body")]
+
+
+def _scheduled(signature, args, kwargs, i):
+    """The call's arguments with the i-th value of every scheduled hyperparameter."""
+    bound = signature.bind(*args, **kwargs)
+    for name in signature.parameters:
+        if name in SCHEDULE:
+            bound.arguments[name] = SCHEDULE[name][i]
+        elif name in SCALED:
+            bound.arguments[name] = np.asarray(bound.arguments[name], np.float32) * SCALED[name][i]
+        elif name == "normalization":
+            base = bound.arguments.get(name) or credax.Normalization()
+            bound.arguments[name] = base.replace(eps=EPS[i])
+        elif name == "options":
+            low, high, dual = CLIPS[i]
+            base = bound.arguments.get(name) or credax.LossOptions()
+            bound.arguments[name] = base.replace(clip_low=low, clip_high=high, dual_clip=dual)
+    return bound.args, bound.kwargs
+
+
+def test_every_entry_but_the_host_ones_is_swept():
+    host = {c.name for c in calls.ALL.values()} - {calls.ALL[label].name for label in ENTRIES}
+    assert host == {"discount_weights"}  # a plain function of (K, gamma): no jit of its own
+
+
+def test_schedule_names_every_numeric_hyperparameter():
+    # A hyperparameter with a float (or a tuple of floats) as its default must be scheduled, so
+    # the sweep changes it; int defaults are static options (history, before, num_roles).
+    missing = set()
+    for label in ENTRIES:
+        for name, p in inspect.signature(getattr(credax, calls.ALL[label].name)).parameters.items():
+            if type(p.default) is float or (type(p.default) is tuple and p.default
+                                            and all(type(v) is float for v in p.default)):
+                missing |= set() if name in SCHEDULE else {f"{label}({name})"}
+    assert not missing, f"add their values to SCHEDULE: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("label", ENTRIES)
+def test_traces_once(label, traced_once):
+    # `lower` is the call's own path (host checks, id conversion, static rewrites, then the jit's
+    # trace cache) without XLA's compile, which a trace count does not need.
+    c = calls.ALL[label]
+    public = getattr(credax, c.name)
+    fn = traced_once(public)  # its body traced more than once raises AssertionError
+    signature = inspect.signature(public)
+    for i in range(3):
+        batch = calls.example_batch(seed=i)  # new values and new ids, the same shapes
+        args, kwargs = _scheduled(signature, *c.args(batch), i)
+        fn.lower(*args, **kwargs)
+    # A Groups computed once hits the program of the raw ids (the conversion the call does).
+    batch = batch._replace(group_ids=credax.groups(batch.group_ids))
+    args, kwargs = _scheduled(signature, *c.args(batch), 2)
+    fn.lower(*args, **kwargs)

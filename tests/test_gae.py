@@ -4,6 +4,10 @@ Ground truth: the loops of ``tests/reference/estimators.py``; hand-worked golden
 parity with verl's and AReaL's functions re-stated in NumPy (``tests/reference/peer_forms.py``:
 neither installs here); identities (λ = 1 is Monte Carlo, λ = 0 the TD error); properties (rows
 never interact, masked values never matter, jit/vmap/grad).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 import jax
@@ -12,6 +16,7 @@ import numpy as np
 import pytest
 
 import credax
+from tests.probes import INF, NAN, Probes, raises
 from tests.reference import estimators as ref
 from tests.reference import peer_forms as peer
 
@@ -348,3 +353,111 @@ def test_errors_name_the_argument():
         credax.value_loss(r, r, r, m, clip=-1.0)
     with pytest.raises(ValueError, match="`values`"):
         credax.turn_gae_advantages(r, jnp.zeros((3, 4)), jnp.zeros((3, 4), int), m)
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("f32", "gae_rewards_beyond_float32")
+def _():
+    r = np.zeros((1, 3))
+    r[0, 2] = 5e38
+    raises(ValueError, r"`rewards` holds 5e\+38", credax.gae_advantages, r, np.zeros((1, 3)),
+           np.ones((1, 3), bool))
+
+
+ZERO_GAE = {
+    "gae_no_steps": (lambda: credax.gae_advantages(np.zeros((2, 0)), np.zeros((2, 0)),
+                                                   np.ones((2, 0), bool)), (2, 0)),
+    "gae_no_rows_no_steps": (lambda: credax.gae_advantages(np.zeros((0, 0)), np.zeros((0, 0)),
+                                                           np.ones((0, 0), bool)), (0, 0)),
+    "gae_no_steps_row_lam": (lambda: credax.gae_advantages(
+        np.zeros((2, 0)), np.zeros((2, 0)), np.ones((2, 0), bool), lam=np.array([0.5, 1.0]),
+        bootstrap=np.ones(2)), (2, 0)),
+    "turn_gae_no_turns": (lambda: credax.turn_gae_advantages(
+        np.zeros((2, 0)), np.zeros((2, 3)), -np.ones((2, 3), int), np.ones((2, 0), bool)), (2, 0)),
+    "turn_gae_no_turns_no_tokens": (lambda: credax.turn_gae_advantages(
+        np.zeros((2, 0)), np.zeros((2, 0)), np.zeros((2, 0), int), np.ones((2, 0), bool)), (2, 0)),
+    "turn_gae_no_rows": (lambda: credax.turn_gae_advantages(
+        np.zeros((0, 2)), np.zeros((0, 3)), np.zeros((0, 3), int), np.ones((0, 2), bool)), (0, 2)),
+}
+
+
+for _label, (_call, _shape) in ZERO_GAE.items():
+
+    def _p(call=_call, shape=_shape):
+        # Before: IndexError from inside the scan for an empty step axis.
+        out = call()
+        for field in out:
+            assert field.shape == shape
+
+    probe("gae", f"zero_length_{_label}")(_p)
+
+
+@probe("gae", "zero_length_turn_values")
+def _():
+    out = credax.turn_values(np.zeros((2, 0), np.float32), np.zeros((2, 0), int), num_turns=2)
+    assert out.values.shape == (2, 2) and not np.asarray(out.has_token).any()
+
+
+_ROW = np.ones((2, 3), bool)
+
+
+BAD_ROWS = {
+    "lam_numpy_above_1": ("lam", np.array([0.5, 1.5]), r"`lam` must lie in \[0, 1\]; got 1.5 at row 1"),
+    "lam_numpy_negative": ("lam", np.array([-0.1, 0.5]), r"`lam` must lie in \[0, 1\]; got -0.1 at row 0"),
+    "lam_numpy_nan": ("lam", np.array([0.5, NAN]), r"`lam` must lie in \[0, 1\]; got nan at row 1"),
+    "lam_list": ("lam", [0.9, 2.0], r"`lam` must lie in \[0, 1\]; got 2.0 at row 1"),
+    "lam_jax_committed": ("lam", jnp.array([0.5, 1.01]), r"`lam` must lie in \[0, 1\]; got 1.01"),
+    "gamma_numpy_above_1": ("gamma", np.array([1.0, 1.2]), r"`gamma` must lie in \[0, 1\]; got 1.2"),
+    "gamma_numpy_negative": ("gamma", np.array([-1.0, 0.5]), r"`gamma` must lie in \[0, 1\]; got -1.0"),
+    "gamma_jax_inf": ("gamma", jnp.array([INF, 0.5]), r"`gamma` must lie in \[0, 1\]; got inf"),
+}
+
+
+for _label, (_name, _value, _match) in BAD_ROWS.items():
+
+    def _p(name=_name, value=_value, match=_match):
+        # Before: the per-row values were never checked (only scalars were): γ = -1 or λ = 1.5
+        # gave finite garbage, NaN gave NaN rows.
+        raises(ValueError, match, credax.gae_advantages, np.zeros((2, 3)), np.zeros((2, 3)), _ROW,
+               **{name: value})
+        raises(ValueError, match, credax.turn_gae_advantages, np.zeros((2, 2)), np.zeros((2, 3)),
+               np.array([[0, 0, 1], [0, 1, 1]]), np.ones((2, 2), bool), **{name: value})
+
+    probe("gae", f"per_row_{_label}")(_p)
+
+
+@probe("gae", "per_row_valid_values_work")
+def _():
+    # Row 0: λ = 0 (one-step TD), row 1: λ = 1 (Monte Carlo), γ = 1, V = 0, reward 1 at the end:
+    # row 0 advantages (0, 0, 1) (δ_j = r_j), row 1 (1, 1, 1).
+    r = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    out = credax.gae_advantages(r, np.zeros((2, 3)), _ROW, lam=np.array([0.0, 1.0]))
+    np.testing.assert_allclose(out.advantages, [[0, 0, 1], [1, 1, 1]])
+
+
+@probe("gae", "per_row_traced_is_used_as_given")
+def _():
+    # Inside the caller's jit the values cannot be seen: used as given (documented).
+    f = jax.jit(lambda lam: credax.gae_advantages(np.zeros((2, 3)), np.zeros((2, 3)), _ROW,
+                                                  lam=lam).advantages)
+    assert f(jnp.array([0.5, 1.5])).shape == (2, 3)
+
+
+@probe("gae", "per_row_wrong_shape_named")
+def _():
+    raises(ValueError, r"`lam` must be a scalar or have shape \[B\]", credax.gae_advantages,
+           np.zeros((2, 3)), np.zeros((2, 3)), _ROW, lam=np.array([0.5, 0.5, 0.5]))
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

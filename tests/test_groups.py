@@ -4,6 +4,10 @@
 Ground truth: the NumPy float64 loops of ``tests/reference/groups.py`` (randomized comparison over
 every option), hand-worked golden cases, and hypothesis properties. Shapes come from a few fixed
 sizes so jit compiles a bounded number of programs.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from hypothesis import strategies as st
 
 import credax
 from credax import Normalization, presets
+from tests.probes import NAN, Probes, deprecated, nan_exactly, raises
 from tests.reference import groups as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
@@ -649,31 +654,6 @@ def test_gradient_matches_reference_finite_differences():
 
 
 # --------------------------------------------------------------------------------------------
-# Compiles once
-# --------------------------------------------------------------------------------------------
-
-
-def test_compiles_once(traced_once):
-    rng = np.random.default_rng(5)
-    b = 23
-    ids = rng.integers(-5, 5, size=b)
-    calls = {
-        credax.group_normalize: lambda f, x, i, m, e: f(x, i, m,
-                                                        normalization=Normalization(eps=e)),
-        credax.group_mean: lambda f, x, i, m, e: f(x, i, m),
-        credax.peer_mean: lambda f, x, i, m, e: f(x, i, m),
-        credax.group_count: lambda f, x, i, m, e: f(i, m),
-    }
-    for public, call in calls.items():
-        f = traced_once(public)  # its body traced more than once raises AssertionError
-        call(f, rng.normal(size=b).astype(np.float32), ids, rng.random(b) < 0.7, 1e-6)
-        # New values, new ids, a precomputed Groups, a new (traced) eps: no retrace.
-        call(f, rng.normal(size=b).astype(np.float32), rng.integers(-99, 99, size=b),
-             rng.random(b) < 0.2, 1e-3)
-        call(f, rng.normal(size=b).astype(np.float32), credax.groups(ids), rng.random(b) < 0.5, 0.0)
-
-
-# --------------------------------------------------------------------------------------------
 # Groups
 # --------------------------------------------------------------------------------------------
 
@@ -983,3 +963,181 @@ def test_shape_errors_name_the_argument_also_under_jit():
         jax.jit(lambda v, m: credax.group_normalize(v, ids, m))(np.ones(3), np.ones(3))
     with pytest.raises(ValueError, match="mask"):
         jax.jit(lambda v, m: credax.group_mean(v, ids, m))(np.ones((3, 2)), np.ones((3,), bool))
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+R4 = np.array([NAN, 1.0, 1.0, 0.0], np.float32)  # group 0 holds the NaN, group 1 is clean
+IDS4 = np.array([0, 0, 1, 1])
+GROUP0 = np.array([True, True, False, False])
+R4_OK = np.array([1.0, 0.0, 0.5, 0.5], np.float32)  # no bad value
+F32MAX = float(np.finfo(np.float32).max)
+
+
+@probe("nonfinite", "uncentred_unscaled_only_itself")
+def _():
+    # center=False, scale="none" uses no statistic: x passes through, the NaN stays where it is.
+    with pytest.warns(DeprecationWarning, match="`center=False` is deprecated"):
+        out = credax.group_normalize(R4, IDS4,
+                                     normalization=Normalization(center=False, scale="none"))
+    nan_exactly(out, [True, False, False, False])
+
+
+@probe("nonfinite", "singleton_nan")
+def _():
+    # A NaN singleton is its own set: NaN under every singleton mode (never the "0" that hides it).
+    for mode in ("zero", "raw", "center"):
+        with deprecated(dict(singleton=mode)):
+            out = credax.group_normalize(np.array([NAN, 1.0, 0.0], np.float32), np.array([5, 6, 6]),
+                                         normalization=Normalization(singleton=mode))
+        nan_exactly(out, [True, False, False])
+
+
+@probe("nonfinite", "turn_matrix_nan_per_column")
+def _():
+    x = np.array([[NAN, 1.0], [0.0, 2.0], [1.0, 3.0], [5.0, 5.0]], np.float32)
+    out = credax.group_normalize(x, IDS4)
+    # the NaN sits in group 0 at turn 0: only that (group, turn) set is NaN
+    nan_exactly(out, [[True, False], [True, False], [False, False], [False, False]])
+
+
+@probe("nonfinite", "group_mean")
+def _():
+    nan_exactly(credax.group_mean(R4, IDS4), GROUP0)
+
+
+@probe("nonfinite", "peer_mean_leave_one_out")
+def _():
+    # Row 0's peers are [1, 2] (mean 1.5, finite: its own NaN is not among them); rows 1 and 2
+    # have the NaN among their peers.
+    pm = credax.peer_mean(np.array([NAN, 1.0, 2.0, 5.0], np.float32), np.array([0, 0, 0, 1]))
+    nan_exactly(pm.mean, [False, True, True, False])
+    assert float(pm.mean[0]) == 1.5 and pm.count.tolist() == [2, 2, 2, 0]
+
+
+@probe("f32", "huge_pair_std_beyond_max")
+def _():
+    # [m, -m] with m = float32 max: σ = m·√2 is beyond float32, the z-scores ±1/√2 are not.
+    out = credax.group_normalize(np.array([F32MAX, -F32MAX], np.float32), np.zeros(2, np.int32),
+                                 normalization=Normalization(eps=0.0))
+    np.testing.assert_allclose(out, [0.70710677, -0.70710677], rtol=1e-6)
+
+
+@probe("f32", "tiny_spread")
+def _():
+    # [1, 2, 3]·1e-30: squares (1e-60) underflow float32; the z-scores are (-1, 0, 1) with eps=0.
+    for scale in (1e-20, 1e-30, 1e-36):
+        x = (np.array([1.0, 2.0, 3.0]) * scale).astype(np.float32)
+        out = credax.group_normalize(x, np.zeros(3, np.int32), normalization=Normalization(eps=0.0))
+        np.testing.assert_allclose(out, [-1.0, 0.0, 1.0], atol=1e-6)
+
+
+@probe("f32", "tiny_spread_with_eps")
+def _():
+    # eps dominates a spread of 1e-20: the advantage is (x - μ)/(σ + eps) ≈ ±1e-20/1e-6 = ±1e-14,
+    # not the ±1 of a std that underflowed and was mistaken for a constant set.
+    x = np.array([0.0, 2e-20], np.float32)
+    out = credax.group_normalize(x, np.zeros(2, np.int32), normalization=Normalization(eps=1e-6))
+    np.testing.assert_allclose(out, [-1e-14, 1e-14], rtol=1e-4)
+
+
+@probe("f32", "tiny_spread_around_large")
+def _():
+    # 1 and the next float32 above it: a real spread of one ulp, z = ±0.7071 with eps=0
+    x = np.array([1.0, np.nextafter(np.float32(1), np.float32(2))], np.float32)
+    out = credax.group_normalize(x, np.zeros(2, np.int32), normalization=Normalization(eps=0.0))
+    np.testing.assert_allclose(out, [-0.70710677, 0.70710677], rtol=1e-6)
+
+
+@probe("f32", "huge_mean_and_peer_mean")
+def _():
+    np.testing.assert_allclose(credax.group_mean(np.array([3e38, 3e38, 1e38], np.float32),
+                                                 np.zeros(3, np.int32)), [7e38 / 3] * 3, rtol=1e-6)
+    pm = credax.peer_mean(np.array([3e38, -3e38, 3e38], np.float32), np.zeros(3, np.int32))
+    np.testing.assert_allclose(pm.mean, [0.0, 3e38, 0.0], atol=1e32)
+
+
+@probe("named", "groups_float_index")
+def _():
+    bad = credax.Groups(jnp.array([0.0, 1.0]), 2)
+    raises(TypeError, "`group_ids`: a Groups needs an integer `index`", credax.grpo_advantages,
+           jnp.ones(2), bad)
+
+
+@probe("named", "groups_num_groups_none")
+def _():
+    bad = credax.Groups(jnp.array([0, 1]), None)
+    raises(TypeError, "`group_ids`: a Groups needs `num_groups` as a Python int",
+           credax.group_normalize, jnp.ones(2), bad)
+
+
+@probe("named", "groups_num_groups_zero")
+def _():
+    raises(ValueError, "`num_groups` >= 1", credax.group_mean, jnp.ones(2),
+           credax.Groups(jnp.array([0, 0]), 0))
+
+
+@probe("named", "groups_2d_index")
+def _():
+    raises(ValueError, "1-D `index`", credax.peer_mean, jnp.ones(2), credax.Groups(jnp.zeros((2, 1), int), 2))
+
+
+BIG = [2 ** 40, 2 ** 40, 5, 5]  # two prompts whose ids do not fit in int32
+
+
+@probe("named", "list_of_64bit_ids")
+def _():
+    adv = credax.grpo_advantages(np.array([1.0, 0.0, 1.0, 0.0], np.float32), BIG,
+                                 normalization=Normalization(eps=0.0))
+    np.testing.assert_allclose(adv, [0.70710677, -0.70710677, 0.70710677, -0.70710677], rtol=1e-6)
+    t = credax.tcpo_advantages(np.zeros((4, 2), np.float32), np.ones((4, 2), bool), BIG)
+    assert t.advantages.shape == (4, 2)
+    sel = credax.select_top_surprisal(np.arange(8.0, dtype=np.float32).reshape(4, 2),
+                                      np.ones((4, 2), bool), BIG, budget=1, scope="group")
+    assert sel.tolist() == [[False, False], [False, True], [False, False], [False, True]]
+
+
+@probe("ids", "truncated_ids_merge_documented")
+def _():
+    # The limitation of class 9, as documented: ids truncated before credax sees them merge;
+    # the host path does not.
+    ids64 = np.array([2 ** 32 + 5, 5, 7], np.int64)
+    merged = credax.groups(jnp.asarray(ids64))
+    assert int(merged.index[0]) == int(merged.index[1])
+    exact = credax.groups(ids64)
+    assert len(set(np.asarray(exact.index).tolist())) == 3
+    raises(ValueError, "`group_ids` must fit in int32", credax.validate_rewards, np.zeros(3), ids64)
+
+
+@probe("ids", "group_count_int8_ids_many_rows")
+def _():
+    # 300 rows of int8 id 0: a count of 300 (beyond int8) is exact.
+    assert int(credax.group_count(np.zeros(300, np.int8))[0]) == 300
+
+
+TUPLE_IDS = {
+    "grpo": lambda: credax.grpo_advantages(R4_OK, (0, 0, 1, 1)),
+    "group_normalize": lambda: credax.group_normalize(R4_OK, (0, 0, 1, 1)),
+    "groups": lambda: credax.groups((0, 0, 1, 1)),
+    "groups_num_groups": lambda: credax.groups((0, 0, 1, 1), num_groups=2),
+    "groups_contiguous": lambda: credax.groups((0, 0, 1, 1), layout="contiguous", group_size=2),
+    "dead_groups": lambda: credax.dead_groups(R4_OK, (0, 0, 1, 1)),
+    "shrinkage": lambda: credax.shrinkage_baseline(R4_OK, (0, 0, 1, 1)),
+    "validate_rewards": lambda: credax.validate_rewards(R4_OK, (0, 0, 1, 1)),
+}
+
+
+probe.raising("ids", "tuple_group_ids", TUPLE_IDS, TypeError, r"`group_ids`.*tuple")
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

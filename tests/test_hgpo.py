@@ -3,7 +3,8 @@
 Ground truth: the loop of ``tests/reference/estimators.py::hgpo`` (explicit member lists per step
 and level), verl-agent's ``hgpo_advantage_estimate`` re-stated in NumPy
 (``tests/reference/peer_forms.py``; it needs torch and verl to run), a hand-worked golden, the
-prompt-nesting guarantee, and padding/permutation properties.
+prompt-nesting guarantee. Padding, row permutation and masked zeros are tests/test_dogfood.py's
+sweeps.
 """
 
 import jax
@@ -108,20 +109,6 @@ def test_identical_observations_in_different_prompts_never_pool():
         np.testing.assert_allclose(both.advantages[jnp.array(rows)], alone.advantages, atol=1e-6)
     # Within each prompt a pair: ±1 at every level; pooled over four rows it would not be ±1.
     np.testing.assert_allclose(np.abs(both.advantages), 1.0, atol=1e-5)
-
-
-def test_padding_and_row_permutation():
-    rng = np.random.default_rng(2)
-    outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
-    base = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, history=2)
-    junk = credax.hgpo_advantages(outcome, np.where(mask, steps, 1e9), np.where(mask, anchors, 1),
-                                  mask, ids, history=2)
-    np.testing.assert_array_equal(base.advantages, junk.advantages)
-    perm = rng.permutation(mask.shape[0])
-    permuted = credax.hgpo_advantages(outcome[perm], steps[perm], anchors[perm], mask[perm],
-                                      ids[perm], history=2)
-    np.testing.assert_allclose(permuted.advantages, np.asarray(base.advantages)[perm], atol=1e-6)
-    assert np.all(np.asarray(base.advantages)[~mask] == 0)
 
 
 def test_history_zero_is_gigpo_grouping_with_population_std():

@@ -7,6 +7,10 @@ loss: hyperparameters finite as a double but not in float32, config nulls, stati
 strings, ``presets.trl_loss``'s counts, zero-length token axes and shapes in the fused path's
 errors, forward-mode autodiff of the fused loss. Each probe failed before LossOptions (the
 values ran through, NaN or inf came out, or JAX failed deep inside).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 import credax
 from credax import presets
 from credax._loss_options import LOSS_OPTION_KEYS
+from tests.probes import INF, NAN, Probes, raises
 
 B, T, D, V = 2, 5, 3, 4
 LOGP = jnp.log(jnp.array([[1.1, 1.5, 0.5, 4.0, 1.0], [1.0, 0.9, 1.2, 1.0, 0.7]]))
@@ -349,3 +354,71 @@ def test_forward_mode_is_refused_clearly_and_the_composition_supports_it():
         h, W, TOKENS, OLD, ADV, MASK, chunk_size=2).loss)(HIDDEN)
     np.testing.assert_allclose(float(tangent), float(jnp.sum(grad * HIDDEN)), rtol=1e-5)
     assert "forward-mode" in credax.policy_loss_from_hidden.__doc__
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+Z22 = np.zeros((2, 2), np.float32)
+M22 = np.ones((2, 2), bool)
+R2 = np.array([1.0, 0.0], np.float32)
+IDS2 = np.array([3, 3])
+KINDS = {"python": float, "numpy": np.float32, "jax": jnp.asarray}
+
+
+def _loss_with(*args, ref_logp=None, **fields):
+    """``policy_loss`` with ``fields`` in its ``options=`` (a LossOptions checks them when built)."""
+    return credax.policy_loss(*args, ref_logp=ref_logp, options=credax.LossOptions(**fields))
+
+
+HYPER_CASES = [
+    # (label, function, argument, bad value, extra keyword arguments)
+    ("clip_low_above_1", _loss_with, "clip_low", 1.5, {}),
+    ("clip_low_zero", _loss_with, "clip_low", 0.0, {}),
+    ("clip_low_nan", _loss_with, "clip_low", NAN, {}),
+    ("clip_high_zero", _loss_with, "clip_high", 0.0, {}),
+    ("clip_high_inf", _loss_with, "clip_high", INF, {}),
+    ("dual_clip_half", _loss_with, "dual_clip", 0.5, {}),
+    ("dual_clip_nan", _loss_with, "dual_clip", NAN, {}),
+    ("kl_coef_negative", _loss_with, "kl_coef", -1.0, {"ref_logp": Z22}),
+    ("kl_coef_nan", _loss_with, "kl_coef", NAN, {"ref_logp": Z22}),
+    ("kl_coef_without_ref", _loss_with, "kl_coef", 0.1, {}),
+    ("normalizer_negative", _loss_with, "normalizer", -4.0, {}),
+    ("normalizer_zero", _loss_with, "normalizer", 0.0, {}),
+    ("normalizer_inf", _loss_with, "normalizer", INF, {}),
+    ("kl_clamp_zero", _loss_with, "kl_clamp", 0.0, {"ref_logp": Z22}),
+    ("log_ratio_clamp_zero", _loss_with, "log_ratio_clamp", 0.0, {}),
+    ("log_ratio_clamp_nan", _loss_with, "log_ratio_clamp", NAN, {}),
+]
+
+
+for _label, _fn, _arg, _bad, _extra in HYPER_CASES:
+    for _kind, _make in KINDS.items():
+
+        def _p(fn=_fn, arg=_arg, bad=_bad, extra=_extra, make=_make):
+            # the message names the argument (`kl_coef=0.1` needs `ref_logp` names it too)
+            raises(ValueError, f"`{arg}[`=]", fn, Z22, Z22, R2, M22, **{arg: make(bad)}, **extra)
+
+        probe("hyper", f"policy_loss_{_label}_{_kind}")(_p)
+
+
+@probe("hyper", "log_ratio_clamp_pair")
+def _():
+    raises(ValueError, "`log_ratio_clamp`", _loss_with, Z22, Z22, R2, M22,
+           log_ratio_clamp=(1.0, 2.0))
+    raises(ValueError, "`log_ratio_clamp`", _loss_with, Z22, Z22, R2, M22,
+           log_ratio_clamp=(-1.0, jnp.asarray(-0.5)))
+    raises(ValueError, "`log_ratio_clamp`", _loss_with, Z22, Z22, R2, M22,
+           log_ratio_clamp=(-1.0, 1.0, 2.0))
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

@@ -6,8 +6,9 @@ The references (``tests/reference/peer_forms.py``: ``verl_policy_loss``, ``verl_
 (verl/trainer/ppo/core_algos.py) and TRL's ``GRPOTrainer._compute_loss`` (trl/trainer/
 grpo_trainer.py), read for their conventions, not copied. Gradients are central finite differences
 of the reference (random cases stay away from the clip kinks; exact ties on a bound are worked by
-hand in tests/test_adversarial.py). Each test draws ``CASES`` random micro-batches with padding
-(including an empty row), clipped and unclipped tokens, both signs of the advantage.
+hand in tests/test_losses.py, its probes of kind ``tie``). Each test draws ``CASES`` random
+micro-batches with padding (including an empty row), clipped and unclipped tokens, both signs of
+the advantage.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Ground truth: hand-worked golden values (arithmetic in the comments), the float64 loop references
 of tests/reference/losses.py, verl's formulas worked by hand on small batches, and identities
 (GSPO-token == the pure sequence objective, [B, K] + token_turn == the broadcast [B, T]).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from jax.test_util import check_grads
 
 import credax
 from tests import random_inputs as rd
+from tests.probes import INF, NAN, Probes, nan_exactly
 from tests.reference import losses as ref
 
 MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -740,6 +745,45 @@ def test_row_advantages_broadcast():
     np.testing.assert_array_equal(out.loss, expected.loss)
 
 
+def test_row_advantages_with_token_turn_equal_hand_broadcast():
+    logp = jnp.log(jnp.array([[0.5, 0.6, 0.7, 0.8, 0.9], [0.4, 0.3, 0.2, 0.5, 0.5]]))
+    old = jnp.log(jnp.array([[0.5, 0.5, 0.5, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5, 0.5]]))
+    mask = jnp.ones((2, 5), bool)  # deliberately true on observation tokens too
+    token_turn = jnp.array([[-1, 0, 0, -1, 1], [0, -1, 1, 1, -1]])
+    adv = jnp.array([1.5, -0.5])
+    out = credax.policy_loss(logp, old, adv, mask, token_turn=token_turn)
+    # Hand-built equivalent: each row's value on the tokens of a turn, and only those trained on.
+    effective = np.array([[0, 1, 1, 0, 1], [1, 0, 1, 1, 0]], bool)
+    token_adv = np.where(effective, np.array([[1.5], [-0.5]]), 0.0)
+    ref = credax.policy_loss(logp, old, jnp.asarray(token_adv, jnp.float32), jnp.asarray(effective))
+    np.testing.assert_array_equal(np.asarray(out.loss), np.asarray(ref.loss))
+    for got, want in zip(out.metrics, ref.metrics, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # The same batch, [B, K] advantages that are constant per row: the same loss.
+    per_turn = jnp.array([[1.5, 1.5], [-0.5, -0.5]])
+    np.testing.assert_array_equal(
+        np.asarray(credax.policy_loss(logp, old, per_turn, mask, token_turn=token_turn).loss),
+        np.asarray(out.loss))
+
+
+def test_row_advantages_with_token_turn_gradient_matches():
+    logp = jnp.log(jnp.array([[0.5, 0.6, 0.7, 0.8]]))
+    old = jnp.log(jnp.full((1, 4), 0.5))
+    token_turn = jnp.array([[0, -1, 1, 1]])
+    mask = jnp.ones((1, 4), bool)
+
+    def loss(lp, adv, **kw):
+        return credax.policy_loss(lp, old, adv, mask, **kw).loss
+
+    g_row = jax.grad(loss)(logp, jnp.array([2.0]), token_turn=token_turn)
+    g_tok = jax.grad(loss)(logp, jnp.array([[2.0, 0.0, 2.0, 2.0]]))
+    # The observation token (index 1) is excluded from the row version; the token version
+    # counts it in the token-mean denominator (3 vs 4 tokens), so compare after rescaling.
+    np.testing.assert_allclose(np.asarray(g_row)[0, [0, 2, 3]],
+                               np.asarray(g_tok)[0, [0, 2, 3]] * 4 / 3, rtol=1e-6)
+    assert float(g_row[0, 1]) == 0.0
+
+
 def test_policy_loss_grad_finite_differences_smooth_region():
     # Ratios inside the band and outside it on the unclipped side. Token ratios only: the
     # GSPO-token surrogate's gradient is by design not the derivative of its value (stop-gradient
@@ -794,16 +838,6 @@ def test_policy_loss_shape_errors():
         credax.policy_loss(lp, lp, lp, jnp.ones((2, 4)))
 
 
-def test_policy_loss_traced_hyperparameters_compile_once(traced_once):
-    logp, old, adv, _, mask, _ = _random_batch(12, batch=2, length=11)
-    loss = traced_once(credax.policy_loss)  # its body traced more than once raises
-    a = loss(logp, old, adv, mask,
-             options=credax.LossOptions(clip_low=0.2, clip_high=0.2, dual_clip=3.0))
-    b = loss(logp * 1.1, old, adv, mask,
-             options=credax.LossOptions(clip_low=0.1, clip_high=0.3, dual_clip=2.0))
-    assert float(a.loss) != float(b.loss)
-
-
 def test_policy_loss_inside_jit_and_vmap():
     logp, old, adv, refp, mask, _ = _random_batch(13)
     eager = credax.policy_loss(logp, old, adv, mask, ref_logp=refp,
@@ -843,3 +877,199 @@ def test_log_ratio_clamp_keeps_huge_gaps_finite():
     out = credax.policy_loss(lp, old, jnp.array([[-1.0]]), jnp.ones((1, 1), bool),
                              options=credax.LossOptions(dual_clip=3.0))
     close(out.loss, 3.0)
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+LP = np.log(np.array([[0.5, 0.25, 0.5]], np.float32))
+TOK_MASK = np.ones((1, 3), bool)
+
+
+@probe("nonfinite", "policy_loss_nan_logp")
+def _():
+    for field in ("logp", "old", "adv"):
+        logp, old, adv = LP.copy(), LP.copy(), np.ones((1, 3), np.float32)
+        {"logp": logp, "old": old, "adv": adv}[field][0, 1] = NAN
+        out = credax.policy_loss(logp, old, adv, TOK_MASK)
+        assert np.isnan(out.loss), field
+        masked = credax.policy_loss(logp, old, adv, np.array([[True, False, True]]))
+        assert float(masked.loss) == -1.0, field  # on-policy, A = 1: -mean(A·1)
+
+
+@probe("nonfinite", "aggregate_and_kl")
+def _():
+    v = np.array([[1.0, NAN]], np.float32)
+    assert np.isnan(credax.aggregate(v, np.ones((1, 2), bool)))
+    assert float(credax.aggregate(v, np.array([[True, False]]))) == 1.0
+    nan_exactly(credax.kl_divergence(np.array([NAN, -1.0], np.float32), np.array([-1.0, -1.0], np.float32)),
+                [True, False])
+
+
+NARROW = ("int8", "int16", "uint8", "uint16")
+
+
+for _dt in NARROW:
+
+    def _p(dt=_dt):
+        # policy_loss with per-turn advantages and a narrow turn map: no token silently dropped.
+        turn = int(np.iinfo(dt).max) if np.iinfo(dt).max < 300 else 299
+        tt = np.array([[turn, turn]], dt)
+        adv = np.zeros((1, turn + 1), np.float32)
+        adv[0, turn] = 1.0
+        out = credax.policy_loss(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32), adv,
+                                 np.ones((1, 2), bool), token_turn=tt)
+        assert float(out.loss) == -1.0  # both tokens count: -mean(A·1)
+
+    probe("narrow", f"policy_loss_token_turn_{_dt}")(_p)
+
+
+NEG_INF_LP = np.array([[-INF, -1.0]], np.float32)
+ONES12 = np.ones((1, 2), np.float32)
+MASK12 = np.ones((1, 2), bool)
+
+
+def _loss_and_grad(ref_logp=None, **options):
+    def f(lp):
+        return credax.policy_loss(lp, NEG_INF_LP, ONES12, MASK12, ref_logp=ref_logp,
+                                  options=credax.LossOptions(**options)).loss
+
+    return f(jnp.asarray(NEG_INF_LP)), jax.grad(f)(jnp.asarray(NEG_INF_LP))
+
+
+for _label, _options in {
+    "token": {},
+    "sequence": dict(ratio="sequence"),
+    "kl_k3": dict(ref_logp=NEG_INF_LP, kl_coef=0.5),
+    "kl_k1": dict(ref_logp=NEG_INF_LP, kl_coef=0.5, kl_estimator="k1"),
+    "kl_weighted": dict(ref_logp=NEG_INF_LP, kl_coef=0.5, kl_ratio_weight=True),
+    "seq_mean": dict(agg="seq-mean-token-mean"),
+    "dual_clip": dict(dual_clip=3.0),
+}.items():
+
+    def _p(options=_options):
+        # Token 0 is impossible under both policies (loss 0, gradient 0); token 1 is on-policy
+        # with A = 1: loss -1 / 2 tokens, gradient -A·r / N = -0.5 (sequence ratio: the same).
+        # k1 = logp - ref adds its own gradient kl_coef · 1 / N = 0.25 at the finite token.
+        loss, grad = _loss_and_grad(**options)
+        assert float(loss) == -0.5
+        extra = 0.25 if options.get("kl_estimator") == "k1" else 0.0
+        np.testing.assert_array_equal(grad, [[0.0, -0.5 + extra]])
+
+    probe("neg_inf", f"policy_loss_neg_inf_{_label}")(_p)
+
+
+@probe("neg_inf", "kl_neg_inf")
+def _():
+    for est in ("k1", "k2", "k3", "abs"):
+        x = jnp.array([-INF, -2.0])
+        out = credax.kl_divergence(x, x, estimator=est)
+        np.testing.assert_array_equal(out, [0.0, 0.0])
+        g = jax.grad(lambda v, e=est, r=x: jnp.sum(credax.kl_divergence(v, r, estimator=e)))(x)
+        assert np.isfinite(np.asarray(g)).all(), est
+
+
+@probe("neg_inf", "kl_one_sided_inf_is_honest")
+def _():
+    # π(token) = 0 under the reference only: k1 = logp - ref = +inf (a real infinite KL), and k3,
+    # whose exp argument is clamped at ±20, stays finite: e^-20 - 1 + 20.
+    out = credax.kl_divergence(jnp.array([-1.0]), jnp.array([-INF]), estimator="k1")
+    assert float(out[0]) == INF
+    k3 = credax.kl_divergence(jnp.array([-1.0]), jnp.array([-INF]), estimator="k3")
+    np.testing.assert_allclose(k3, [np.exp(-20.0) - 1 + 20], rtol=1e-6)
+
+
+@probe("neg_inf", "new_policy_neg_inf")
+def _():
+    # logp = -inf, old finite: the log-ratio is clamped at -20, the token is clipped (A > 0 side
+    # is not, A = 1 keeps -A·r = -e^-20) and carries no gradient beyond the clamp.
+    f = lambda lp: credax.policy_loss(lp, np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32),
+                                      np.ones((1, 1), bool)).loss
+    lp = jnp.array([[-INF]])
+    np.testing.assert_allclose(f(lp), -np.exp(-20.0), rtol=1e-6)
+    assert float(jax.grad(f)(lp)[0, 0]) == 0.0
+
+
+R_TIE = np.float32(np.exp(np.float32(0.2)))  # exp(0.2) in float32 ...
+EPS_TIE = float(np.float32(R_TIE - np.float32(1)))  # ... and a clip_high that puts it on 1 + ε
+LOW_TIE = float(np.float32(1) - np.float32(np.exp(np.float32(-0.2))))  # 1 - ε_low = exp(-0.2)
+
+
+def _tie_grad(log_r, adv, **options):
+    def f(lp):
+        return credax.policy_loss(lp, np.zeros((1, 1), np.float32), np.full((1, 1), adv, np.float32),
+                                  np.ones((1, 1), bool), options=credax.LossOptions(**options)).loss
+
+    return float(jax.grad(f)(jnp.full((1, 1), log_r, jnp.float32))[0, 0])
+
+
+@probe("tie", "high_bound_positive_adv")
+def _():
+    # r = 1 + ε exactly, A = 1: both surrogate branches equal -A·r; torch.clamp passes the
+    # gradient of the clipped branch whole and torch.maximum splits the tie evenly, so
+    # dℓ/dlogp = 0.5·(-A·r) + 0.5·(-A·r) = -r. (jnp.clip's half gradient gave 0.75 of that.)
+    assert float(np.float32(1) + np.float32(EPS_TIE)) == float(R_TIE)
+    np.testing.assert_allclose(_tie_grad(0.2, 1.0, clip_high=EPS_TIE), -R_TIE, rtol=1e-6)
+
+
+@probe("tie", "high_bound_negative_adv")
+def _():
+    # r = 1 + ε, A = -1: the loss is smooth there (max(-A r, -A clip r) = r for r >= 1+ε too):
+    # dℓ/dlogp = -A·r = r.
+    np.testing.assert_allclose(_tie_grad(0.2, -1.0, clip_high=EPS_TIE), R_TIE, rtol=1e-6)
+
+
+@probe("tie", "low_bound")
+def _():
+    r_low = float(np.exp(np.float32(-0.2)).astype(np.float32))
+    # r = 1 - ε_low exactly: full gradient for either sign of A: dℓ/dlogp = -A·r.
+    assert float(np.float32(1) - np.float32(LOW_TIE)) == r_low
+    np.testing.assert_allclose(_tie_grad(-0.2, -1.0, clip_low=LOW_TIE), r_low, rtol=1e-6)
+    np.testing.assert_allclose(_tie_grad(-0.2, 1.0, clip_low=LOW_TIE), -r_low, rtol=1e-6)
+
+
+@probe("tie", "dual_clip")
+def _():
+    # r = c = e^1.5 (dual clip exactly binding), A = -1: torch.min(-A·c, -A·r) splits the tie:
+    # dℓ/dlogp = 0.5·(-A·r) = 0.5·r.
+    c = float(np.exp(np.float32(1.5)).astype(np.float32))
+    np.testing.assert_allclose(_tie_grad(1.5, -1.0, dual_clip=c), 0.5 * c, rtol=1e-6)
+
+
+@probe("tie", "inside_and_beyond")
+def _():
+    # Just inside: -A·r; beyond the bound: exactly 0 (clipped).
+    np.testing.assert_allclose(_tie_grad(0.1, 1.0), -np.exp(0.1), rtol=1e-6)
+    assert _tie_grad(0.5, 1.0) == 0.0
+
+
+@probe("tie", "log_ratio_clamp")
+def _():
+    # log-ratio exactly on the clamp (20): torch.clamp passes the gradient; A = -1 keeps the
+    # token unclipped by the ratio bounds (r > 1 + ε with A < 0 is the unclipped branch).
+    np.testing.assert_allclose(_tie_grad(20.0, -1.0), np.exp(np.float32(20.0)), rtol=1e-6)
+    assert _tie_grad(20.5, -1.0) == 0.0
+
+
+@probe("tie", "kl_clamp")
+def _():
+    # k3 exactly at a clamp c: full gradient, as torch.clamp. k3(δ) with δ = logp - ref,
+    # x = -δ: e^x - 1 - x; d/dlogp = -(e^x - 1) = 1 - e^x.
+    x = np.float32(-3.0)
+    lp = jnp.full((1,), -x)
+    c = float(credax.kl_divergence(lp, jnp.zeros(1))[0])  # places the value exactly on the clamp
+    f = lambda lp: jnp.sum(credax.kl_divergence(lp, jnp.zeros(1), clamp=c))
+    np.testing.assert_allclose(f(lp), c, rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(f)(lp), [1 - np.exp(x)], rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

@@ -1,4 +1,9 @@
-"""MT-GRPO (SPEC §6): golden cases, the paper code's 2-turn rule, the loop reference, properties."""
+"""MT-GRPO (SPEC §6): golden cases, the paper code's 2-turn rule, the loop reference, properties.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from hypothesis import strategies as st
 
 import credax
 from credax.testing import turn_batches
+from tests.probes import IDS4, M43, ROWS01, S4, S4_CLEAN, Probes, nan_exactly
 from tests.reference import tcpo as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
@@ -163,26 +169,6 @@ def _mt_and_grads(turn, outcome, mask, ids, coef):
     return out, jax.grad(loss, argnums=(0, 1, 2))(turn, outcome, coef)
 
 
-def test_jit_equals_eager_and_compiles_once(traced_once):
-    rng = np.random.default_rng(3)
-    b, k = 9, 4
-    fn = traced_once(credax.mt_grpo_advantages)  # its body traced more than once raises
-    for i in range(3):
-        turn = rng.choice(np.array(VALUES, np.float32), size=(b, k))
-        outcome = rng.choice(np.array(VALUES, np.float32), size=b)
-        mask = np.arange(k)[None, :] < rng.integers(1, k + 1, size=(b, 1))
-        ids = rng.integers(-2, 2, size=b).astype(np.int32)
-        coef, eps = jnp.float32(0.5 + i), jnp.float32(10.0 ** (-4 - i))
-        norm = credax.Normalization(eps=eps)
-        a = fn(turn, outcome, mask, ids, turn_coef=coef, normalization=norm)
-        again = fn(turn, outcome, mask, credax.groups(ids), turn_coef=coef, normalization=norm)
-        np.testing.assert_array_equal(a, again)
-        with jax.disable_jit():  # the public entry: an eager run of fn's body would count
-            eager = credax.mt_grpo_advantages(turn, outcome, mask, ids, turn_coef=coef,
-                                              normalization=norm)
-        np.testing.assert_allclose(a, eager, atol=1e-6)
-
-
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_low_precision_in_float32_and_cast_back(dtype):
     turn = jnp.asarray([[0.0, 1.0], [1.0, 0.35]], dtype)
@@ -224,3 +210,27 @@ T, R, M = np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.ones((2, 3),
 def test_errors_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("nonfinite", "mt_grpo")
+def _():
+    out = credax.mt_grpo_advantages(S4, np.array([1.0, 0.0, 1.0, 0.0], np.float32), M43, IDS4)
+    # group 0's turn-1 set holds the NaN; outcomes are clean
+    nan_exactly(out, [[False, True, False], [False, True, False], [False] * 3, [False] * 3])
+    out = credax.mt_grpo_advantages(S4_CLEAN, np.array([NAN, 0.0, 1.0, 0.0], np.float32), M43, IDS4)
+    nan_exactly(out, ROWS01)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

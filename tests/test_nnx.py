@@ -1,5 +1,10 @@
 """Tests of credax/nnx.py: the next-token alignment, the hidden-state path, a train step, and
-data parallelism over 8 forced CPU devices (in a subprocess)."""
+data parallelism over 8 forced CPU devices (in a subprocess).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,11 @@ from flax import nnx
 
 import credax
 import credax.nnx as cnnx
+
+try:
+    from tests.probes import Probes, raises
+except ImportError:  # imported from the tests folder itself (the data-parallel script below)
+    from probes import Probes, raises
 
 
 class TinyLM(nnx.Module):
@@ -296,3 +306,42 @@ def test_chunked_head_memory_bound_holds_under_the_nnx_wrapper():
     # the fused path (policy_loss_from_hidden) under the wrapper: the same bound
     fused = nnx_temp_bytes(_Env, hidden, unembedding, tokens, old, adv, mask, c, fused=True)
     assert fused <= 2.1 * chunk + head, (fused - head) / chunk
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("narrow", "nnx_sequence_logprobs_int16")
+def _():
+    class Uniform:  # a "model" whose logits are all zero over 300 ids
+        def __call__(self, tokens):
+            return jnp.zeros(tokens.shape + (300,))
+
+    lp = credax.nnx.sequence_logprobs(Uniform(), np.array([[299, 299]], np.int16))
+    np.testing.assert_allclose(lp, [[0.0, -np.log(300.0)]], rtol=1e-6)
+
+
+@probe("named", "nnx_empty_sequence")
+def _():
+    out = credax.nnx.sequence_logprobs(lambda t: 1 / 0, np.zeros((2, 0), np.int32))
+    assert out.shape == (2, 0)
+
+
+@probe("named", "policy_loss_fn_unknown_option")
+def _():
+    batch = credax.nnx.PolicyBatch(np.zeros((1, 2), np.int32), np.ones((1, 2), bool),
+                                   np.zeros((1, 2), np.float32), np.ones(1, np.float32))
+    raises(TypeError, r"unknown option\(s\) \['clip_ratio'\]; valid options are .*'options'",
+           credax.nnx.policy_loss_fn, lambda t: jnp.zeros((1, 2, 3)), batch, clip_ratio=0.2)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

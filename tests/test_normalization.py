@@ -6,7 +6,14 @@ every normalising estimator applies it (as the NumPy reference does with the sam
 the only channel (its fields as loose keywords are refused by name, pointing at ``normalization=``),
 that presets are instances, and the deprecation path (each deprecated spelling warns when the
 Normalization is built, names its replacement and computes what it did).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
+
+import copy
+import pickle
 
 import chex
 import jax
@@ -16,6 +23,7 @@ import pytest
 
 import credax
 from credax import Normalization, presets
+from tests.probes import INF, NAN, Probes, raises
 from tests.reference import groups as ref
 
 R = jnp.array([1.0, 0.0, 0.35, 0.35, 2.0, 0.5, -1.0])
@@ -321,3 +329,373 @@ def test_round_trips_through_jit():
     out = jax.jit(lambda n: n)(CUSTOM)
     chex.assert_trees_all_close(out, CUSTOM)
     assert isinstance(out, Normalization) and out.scale == "none"
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+R4 = np.array([1.0, 0.0, 0.5, 0.5], np.float32)
+IDS4 = np.array([0, 0, 1, 1])
+
+
+# grpo_advantages(R4, IDS4) under VERL: group [1, 0] has μ = .5, σ = .7071 (ddof 1):
+# ±.5 / (.7071 + 1e-6) = ±.7071; group [.5, .5] is constant: exactly 0.
+GRPO4 = np.array([0.70710576, -0.70710576, 0.0, 0.0], np.float32)
+
+
+S22 = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [1.0, 1.0]], np.float32)
+TM22 = np.ones((4, 2), bool)
+W2 = np.array([1.0, 0.5], np.float32)
+
+
+NORM_PRESETS = {name: getattr(presets, name) for name in presets.__all__
+                if isinstance(getattr(presets, name), Normalization)}
+
+
+MAPPING_PRESETS = {name: getattr(presets, name) for name in presets.__all__
+                   if not callable(getattr(presets, name)) and name not in NORM_PRESETS}
+
+
+# eps values that are not a non-negative finite real number, and the error each must raise.
+BAD_EPS = {
+    "negative": (-1.0, ValueError, "`eps` must be >= 0"),
+    "nan": (NAN, ValueError, "`eps` must be >= 0"),
+    "inf": (INF, ValueError, "`eps` must be >= 0"),
+    "neg_inf": (-INF, ValueError, "`eps` must be >= 0"),
+    "np_negative": (np.float32(-1e-3), ValueError, "`eps` must be >= 0"),
+    "string": ("1e-6", TypeError, "`eps` must be a real number"),
+    "none": (None, TypeError, "`eps` must be a real number"),
+    "list": ([1e-6], TypeError, "`eps` must be a real number"),
+    "complex": (1j, TypeError, "`eps` must be a real number"),
+    "bool": (True, TypeError, "`eps` must be a real number"),
+    "vector": (np.array([1e-6, 1e-6]), ValueError, r"`eps` must be a scalar; got shape \(2,\)"),
+    "string_array": (np.array("1e-6"), TypeError, "`eps` must be a real number"),
+    "object": (object(), TypeError, "`eps` must be a real number"),
+}
+
+
+def _estimators(norm):
+    """Every estimator that takes ``normalization=``, called on a small batch (HGPO: estimators
+    engineer; GiGPO: see the note at the ``**preset`` probes)."""
+    return {
+        "grpo": lambda: credax.grpo_advantages(R4, IDS4, normalization=norm),
+        "group_normalize": lambda: credax.group_normalize(R4, IDS4, normalization=norm),
+        "gdpo": lambda: credax.gdpo_advantages(S22, IDS4, weights=W2, normalization=norm),
+        "tcpo": lambda: credax.tcpo_advantages(S22, TM22, IDS4, normalization=norm),
+        "mt_grpo": lambda: credax.mt_grpo_advantages(S22, R4, TM22, IDS4, normalization=norm),
+    }
+
+
+for _label, (_eps, _exc, _match) in BAD_EPS.items():
+
+    def _p(eps=_eps, exc=_exc, match=_match):
+        # The constructor refuses it, naming `eps`.
+        raises(exc, match, Normalization, eps=eps)
+
+    probe("norm", f"constructor_eps_{_label}")(_p)
+
+    def _p(eps=_eps, exc=_exc, match=_match):
+        # A preset rebuilt by tree_map with a bad eps is checked where it is used, as the
+        # constructor checks it (tree_unflatten cannot check: JAX unflattens with tracers and
+        # sentinels), by every estimator that takes normalization=.
+        bad = jax.tree_util.tree_map(lambda _: eps, presets.VERL)
+        for name, call in _estimators(bad).items():
+            with pytest.raises(exc, match=match):
+                call()
+                pytest.fail(name)
+
+    probe("norm", f"tree_map_eps_{_label}")(_p)
+
+    def _p(eps=_eps, exc=_exc, match=_match):
+        # The same through tree_unflatten with the preset's own treedef.
+        treedef = jax.tree_util.tree_structure(presets.TRL)
+        raises(exc, match, credax.grpo_advantages, R4, IDS4,
+               normalization=jax.tree_util.tree_unflatten(treedef, [eps]))
+
+    probe("norm", f"unflatten_eps_{_label}")(_p)
+
+    def _p(eps=_eps, exc=_exc, match=_match):
+        raises(exc, match, presets.VERL.replace, eps=eps)
+
+    probe("norm", f"replace_eps_{_label}")(_p)
+
+
+# Static fields that tree_unflatten may be handed (aux data of another object, a hand-made one).
+BAD_STATIC = {
+    "scale": ("bogus", ValueError, "`scale` must be one of"),
+    "eps_mode": ("mul", ValueError, "`eps_mode` must be one of"),
+    "singleton": ("one", ValueError, "`singleton` must be one of"),
+    "center": (1, TypeError, "`center` and `leave_one_out` must be Python bools"),
+    "leave_one_out": ("yes", TypeError, "`center` and `leave_one_out` must be Python bools"),
+    "ddof": (-1, ValueError, "`ddof` must be >= 0"),
+    "ddof_float": (1.5, TypeError, "`ddof` must be a Python int"),
+}
+
+
+_STATIC_KEYS = ("center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out")
+
+
+for _label, (_value, _exc, _match) in BAD_STATIC.items():
+
+    def _p(label=_label, value=_value, exc=_exc, match=_match):
+        field = label.removesuffix("_float")
+        aux = tuple(value if k == field else getattr(presets.VERL, k) for k in _STATIC_KEYS)
+        bad = Normalization.tree_unflatten(aux, [1e-6])
+        # Before: scale="bogus" computed the batch branch (±1.22 for this batch): garbage.
+        raises(exc, match, credax.grpo_advantages, R4, IDS4, normalization=bad)
+        raises(exc, match, credax.group_normalize, R4, IDS4, normalization=bad)
+
+    probe("norm", f"unflatten_static_{_label}")(_p)
+
+
+@probe("norm", "rebuilt_bad_eps_refused_on_every_call")
+def _():
+    # A good call compiles the program; a rebuilt (unchecked) object whose eps is bad must still
+    # be checked on the host, on the first call and on every later one, and a good call after it
+    # is unaffected.
+    good = credax.grpo_advantages(R4, IDS4, normalization=presets.VERL)
+    np.testing.assert_allclose(good, GRPO4, rtol=1e-6)
+    bad = jax.tree_util.tree_map(lambda e: -e, presets.VERL)
+    for _ in range(3):
+        raises(ValueError, "`eps` must be >= 0", credax.grpo_advantages, R4, IDS4,
+               normalization=bad)
+    np.testing.assert_allclose(credax.grpo_advantages(R4, IDS4, normalization=presets.VERL),
+                               GRPO4, rtol=1e-6)
+
+
+@probe("norm", "replace_repairs_bad_object_keywords_refused")
+def _():
+    # A bad (rebuilt) object repaired by .replace of the bad field: replace rebuilds through the
+    # constructor, the result is the repaired normalisation.
+    bad = jax.tree_util.tree_map(lambda e: -1.0, presets.VERL)
+    out = credax.grpo_advantages(R4, IDS4, normalization=bad.replace(eps=1e-6))
+    np.testing.assert_allclose(out, GRPO4, rtol=1e-6)
+    # ... a replace that does not repair it raises (every field is checked again) ...
+    raises(ValueError, "`eps` must be >= 0", bad.replace, ddof=1)
+    raises(ValueError, "`eps` must be >= 0", credax.grpo_advantages, R4, IDS4, normalization=bad)
+    # ... and a loose keyword no longer overrides a field: it is refused by name, bad object or not.
+    for norm in (bad, presets.VERL):
+        raises(TypeError, r"unexpected keyword argument 'ddof'.*normalization=credax\.Normalization",
+               credax.grpo_advantages, R4, IDS4, normalization=norm, ddof=1)
+        raises(TypeError, r"unexpected keyword argument 'eps'.*normalization=credax\.Normalization",
+               credax.grpo_advantages, R4, IDS4, normalization=norm, eps=1e-6)
+
+
+@probe("norm", "unflatten_bad_scale_refused_on_every_call")
+def _():
+    # A bad scale through unflatten is refused on every call (an unchecked value is checked on use).
+    aux = ("group" if k == "scale" else getattr(presets.TRL, k) for k in _STATIC_KEYS)
+    bad = Normalization.tree_unflatten(tuple("x" if a == "group" else a for a in aux), [1e-4])
+    for _ in range(2):
+        raises(ValueError, "`scale` must be one of", credax.grpo_advantages, R4, IDS4,
+               normalization=bad)
+
+
+@probe("norm", "traced_bad_eps_is_nan_not_zero")
+def _():
+    # A traced eps cannot be checked before tracing. A negative or NaN one used to give 0 for
+    # every row (den <= 0 was taken as a zero spread): garbage. Documented now: NaN at every
+    # valid entry of a scaled normalisation; a valid traced eps is used as given.
+    f = jax.jit(lambda e: credax.grpo_advantages(R4, IDS4, normalization=Normalization(eps=e)))
+    assert np.isnan(np.asarray(f(jnp.float32(-1.0)))).all()
+    assert np.isnan(np.asarray(f(jnp.float32(NAN)))).all()
+    np.testing.assert_allclose(f(jnp.float32(1e-6)), GRPO4, rtol=1e-6)
+    # scale="none" never reads eps: a bad traced one changes nothing there.
+    g = jax.jit(lambda e: credax.grpo_advantages(R4, IDS4,
+                                                 normalization=Normalization(scale="none", eps=e)))
+    np.testing.assert_allclose(g(jnp.float32(-1.0)), [0.5, -0.5, 0.0, 0.0])
+
+
+@probe("norm", "jit_round_trip_still_validates_statics")
+def _():
+    # Inside the caller's jit the object is unflattened with a traced eps: statics are still
+    # checked, eps is used as given.
+    out = jax.jit(lambda n: credax.grpo_advantages(R4, IDS4, normalization=n))(presets.VERL)
+    np.testing.assert_allclose(out, GRPO4, rtol=1e-6)
+
+
+for _name, _preset in NORM_PRESETS.items():
+    for _how, _fn in (("copy", copy.copy), ("deepcopy", copy.deepcopy),
+                      ("pickle", lambda v: pickle.loads(pickle.dumps(v)))):
+
+        def _p(preset=_preset, fn=_fn):
+            # Before: AttributeError "Normalization is immutable" from __setattr__.
+            other = fn(preset)
+            assert type(other) is Normalization
+            assert other.asdict() == preset.asdict()
+            assert other == preset  # value equality, as the preset's copies had
+            np.testing.assert_array_equal(credax.grpo_advantages(R4, IDS4, normalization=other),
+                                          credax.grpo_advantages(R4, IDS4, normalization=preset))
+            with pytest.raises(AttributeError, match="immutable"):
+                other.eps = 1.0
+
+        probe("norm", f"{_how}_{_name}")(_p)
+
+
+for _name, _preset in MAPPING_PRESETS.items():
+    for _how, _fn in (("copy", copy.copy), ("deepcopy", copy.deepcopy),
+                      ("pickle", lambda v: pickle.loads(pickle.dumps(v)))):
+
+        # The mapping presets were MappingProxyType objects, which copy, deepcopy and pickle
+        # refuse ("cannot pickle 'mappingproxy' object"); now presets.Options.
+        # The loss presets are credax.LossOptions values since #36 (compared by .asdict(), set
+        # by .replace()); HGPO's is still a read-only mapping.
+        def _p(preset=_preset, fn=_fn):
+            other = fn(preset)
+            assert type(other) is type(preset)
+            if isinstance(preset, credax.LossOptions):
+                assert other == preset and other.asdict() == preset.asdict()
+                with pytest.raises(AttributeError):
+                    other.clip_low = 0.0  # still immutable
+                return
+            assert dict(other) == dict(preset)
+            with pytest.raises((AttributeError, TypeError)):
+                other["clip_low" if "clip_low" in other else "history"] = 0  # still read-only
+
+        probe("norm", f"{_how}_{_name}")(_p)
+
+
+@probe("norm", "pickle_deprecated_spelling_keeps_value")
+def _():
+    # A deprecated value pickles too (it warned when built; unpickling does not warn again).
+    with pytest.warns(DeprecationWarning):
+        legacy = Normalization(center=False, scale="none")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        other = pickle.loads(pickle.dumps(legacy))
+    assert other.center is False and other.asdict() == legacy.asdict()
+    assert other == legacy
+
+
+@probe("norm", "pickle_traced_like_eps_array")
+def _():
+    # eps as a 0-d array survives a deepcopy as an equal, independent value.
+    n = Normalization(eps=np.array(1e-4))
+    other = copy.deepcopy(n)
+    assert float(other.eps) == 1e-4 and other.eps is not n.eps
+
+
+# **preset forms, removed: a Normalization is not a mapping, so `**preset` and `dict(preset)` are
+# TypeErrors, and its fields as loose keywords (`**preset.asdict()`) are refused by name pointing at
+# normalization= (presets module docstring). The fields rebuild the preset: the same numbers.
+_NORMALIZE_KEYS = "center|scale|ddof|eps|eps_mode|singleton|leave_one_out"
+
+
+_LOOSE = rf"unexpected keyword argument '({_NORMALIZE_KEYS})'.*normalization=credax\.Normalization"
+
+
+_STAR_CALLS = {
+    "grpo": lambda kw: credax.grpo_advantages(R4, IDS4, **kw),
+    "group_normalize": lambda kw: credax.group_normalize(R4, IDS4, **kw),
+    "gdpo": lambda kw: credax.gdpo_advantages(S22, IDS4, weights=W2, **kw),
+    "tcpo": lambda kw: credax.tcpo_advantages(S22, TM22, IDS4, **kw).advantages,
+    "mt_grpo": lambda kw: credax.mt_grpo_advantages(S22, R4, TM22, IDS4, **kw),
+}
+
+
+for _fname, _call in _STAR_CALLS.items():
+    for _pname, _preset in NORM_PRESETS.items():
+
+        def _p(call=_call, preset=_preset):
+            with pytest.raises(TypeError):
+                dict(preset)
+            with pytest.raises(TypeError, match="mapping"):
+                call({**preset})  # the ** form itself
+            raises(TypeError, _LOOSE, call, preset.asdict())
+            want = call({"normalization": preset})
+            rebuilt = call({"normalization": Normalization(**preset.asdict())})
+            np.testing.assert_array_equal(rebuilt, want)
+
+        probe("norm", f"star_{_fname}_{_pname}")(_p)
+
+
+for _pname, _preset in NORM_PRESETS.items():
+
+    # gigpo_advantages takes `normalization=` only (its `scale`/`eps` keywords were removed too):
+    # the documented behaviour (presets docstring) is a TypeError for `**preset` and for its
+    # fields as keywords, and the preset's numbers through `normalization=preset`.
+    def _p(preset=_preset):
+        args = (R4[:2], S22[:2], np.array([[1, 2], [1, 3]]), TM22[:2], IDS4[:2])
+        with pytest.raises(TypeError, match="mapping"):
+            credax.gigpo_advantages(*args, **preset)
+        raises(TypeError, _LOOSE, credax.gigpo_advantages, *args, **preset.asdict())
+        for key in ("scale", "eps"):  # gigpo's own former keywords
+            raises(TypeError, rf"unexpected keyword argument '{key}'.*normalization=",
+                   credax.gigpo_advantages, *args, **{key: getattr(preset, key)})
+        out = np.asarray(credax.gigpo_advantages(*args, normalization=preset))
+        assert out.shape == (2, 2) and np.all(np.isfinite(out))
+
+    probe("norm", f"star_gigpo_{_pname}")(_p)
+
+
+Z22 = np.zeros((2, 2), np.float32)
+M22 = np.ones((2, 2), bool)
+R2 = np.array([1.0, 0.0], np.float32)
+IDS2 = np.array([3, 3])
+KINDS = {"python": float, "numpy": np.float32, "jax": jnp.asarray}
+
+
+EPS_CASES = [
+    ("group_normalize", lambda **kw: credax.group_normalize(R2, IDS2, **kw)),
+    ("grpo", lambda **kw: credax.grpo_advantages(R2, IDS2, **kw)),
+    ("gdpo", lambda **kw: credax.gdpo_advantages(Z22, IDS2, weights=np.ones(2, np.float32), **kw)),
+    ("tcpo", lambda **kw: credax.tcpo_advantages(Z22, M22, IDS2, **kw)),
+    ("mt_grpo", lambda **kw: credax.mt_grpo_advantages(Z22, R2, M22, IDS2, **kw)),
+    ("gigpo", lambda **kw: credax.gigpo_advantages(R2, Z22, np.zeros((2, 2), int), M22, IDS2, **kw)),
+    ("hgpo", lambda **kw: credax.hgpo_advantages(R2, Z22, np.zeros((2, 2), int), M22, IDS2, **kw)),
+]
+
+
+def unchecked_normalization(eps, **fields):
+    """A Normalization holding ``eps`` that no constructor checked: built by ``tree_unflatten``, as
+    ``jax.tree.map`` or a transformation's output builds one. The estimators check such a value."""
+    return jax.tree_util.tree_map(lambda _: eps, Normalization(**fields))
+
+
+EPS_MESSAGE = r"`eps` must be >= 0 and finite"
+
+
+for _bad in (-1e-6, NAN, INF):
+    for _kind in ("python", "jax"):
+
+        def _p(bad=_bad, make=KINDS[_kind]):
+            # A concrete bad eps is refused where the Normalization is built (and by replace).
+            raises(ValueError, EPS_MESSAGE, Normalization, eps=make(bad))
+            raises(ValueError, EPS_MESSAGE, presets.VERL.replace, eps=make(bad))
+
+        probe("hyper", f"eps_built_{_bad}_{_kind}")(_p)
+
+
+for _label, _fn in EPS_CASES:
+    for _bad in (-1e-6, NAN, INF):
+        for _kind in ("python", "jax"):
+
+            def _p(fn=_fn, bad=_bad, make=KINDS[_kind]):
+                # A Normalization that skipped the constructor is checked by the estimator itself...
+                raises(ValueError, EPS_MESSAGE, fn, normalization=unchecked_normalization(make(bad)))
+                # ... and the removed loose keyword is refused by name, pointing at normalization=.
+                raises(TypeError, r"unexpected keyword argument 'eps'.*normalization=credax\.Normalization",
+                       fn, eps=make(bad))
+
+            probe("hyper", f"eps_{_label}_{_bad}_{_kind}")(_p)
+
+
+@probe("hyper", "traced_values_are_not_checked")
+def _():
+    # A traced schedule cannot be checked: it is used as given (documented), no error.
+    out = jax.jit(lambda e: credax.grpo_advantages(R2, IDS2, normalization=Normalization(eps=e)))(0.5)
+    # [1, 0]: μ = 0.5, unbiased σ = 2**-0.5, so A = ±0.5 / (σ + 0.5)
+    np.testing.assert_allclose(out, [0.5 / (2 ** -0.5 + 0.5), -0.5 / (2 ** -0.5 + 0.5)], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

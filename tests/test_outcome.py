@@ -4,6 +4,10 @@ presets (SPEC §2; credax.presets).
 Ground truth: the NumPy loops of ``tests/reference/groups.py``, hand-worked verl and TRL numbers
 (their formulas as described in research/peers.md §2.1 and §2.3, worked by hand below),
 identities between the estimators, and hypothesis properties.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import credax
-from credax import presets
+from credax import Normalization, presets
+from tests.probes import INF, NAN, Probes, deprecated, nan_exactly, raises, same_where
 from tests.reference import groups as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
@@ -487,27 +492,6 @@ def test_gradients_finite_on_degenerate_batches():
                 assert np.all(np.isfinite(grad))
 
 
-def test_compiles_once(traced_once):
-    rng = np.random.default_rng(0)
-    b = 29
-    ids = rng.integers(0, 6, size=b)
-    calls = {
-        credax.grpo_advantages: lambda f, r, i, e, w: f(
-            r, i, normalization=credax.Normalization(eps=e)),
-        credax.rloo_advantages: lambda f, r, i, e, w: f(r, i),
-        credax.gdpo_advantages: lambda f, r, i, e, w: f(
-            np.stack([r, -r], 1), i, weights=w, normalization=credax.Normalization(eps=e)),
-        credax.degenerate_groups: lambda f, r, i, e, w: f(r, i),
-    }
-    for public, call in calls.items():
-        f = traced_once(public)  # its body traced more than once raises AssertionError
-        call(f, rng.normal(size=b).astype(np.float32), ids, 1e-6, np.ones(2, np.float32))
-        call(f, rng.normal(size=b).astype(np.float32), rng.integers(-50, 50, size=b), 1e-4,
-             np.array([0.5, 2.0], np.float32))
-        call(f, rng.normal(size=b).astype(np.float32), credax.groups(ids), 0.0,
-             np.array([3.0, 2.0], np.float32))
-
-
 # --------------------------------------------------------------------------------------------
 # dtypes and argument checks
 # --------------------------------------------------------------------------------------------
@@ -600,3 +584,190 @@ def test_argument_errors_under_jit():
     with pytest.raises(ValueError, match="weights"):
         jax.jit(lambda w: credax.gdpo_advantages(jnp.ones((4, 2)), jnp.zeros(4, jnp.int32),
                                                  weights=w))(jnp.ones(3))
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+R4 = np.array([NAN, 1.0, 1.0, 0.0], np.float32)  # group 0 holds the NaN, group 1 is clean
+IDS4 = np.array([0, 0, 1, 1])
+CLEAN4 = np.array([0.5, 1.0, 1.0, 0.0], np.float32)
+GROUP0 = np.array([True, True, False, False])
+R4_OK = np.array([1.0, 0.0, 0.5, 0.5], np.float32)  # no bad value
+
+
+NORMALIZE_OPTIONS = {
+    "default": {},
+    "verl": presets.VERL.asdict(),
+    "trl": presets.TRL.asdict(),
+    "dr_grpo": presets.TRL_NONE.asdict(),
+    "eps_sqrt": dict(eps_mode="sqrt"),
+    "loo": dict(leave_one_out=True),
+    "uncentred": dict(center=False),
+    "center_single": dict(singleton="center"),
+}
+
+
+for _label, _options in NORMALIZE_OPTIONS.items():
+    for _bad in (NAN, INF, -INF):
+
+        def _p(options=_options, bad=_bad):
+            # The NaN / inf group's statistics include it: both its rows are NaN; the clean group
+            # [1, 0] is exactly what it is without the bad value (the issue's bug: ±5000 there).
+            r = R4.copy()
+            r[0] = bad
+            with deprecated(options):
+                norm = Normalization(**options)
+                out = credax.grpo_advantages(r, IDS4, normalization=norm)
+                clean = credax.grpo_advantages(CLEAN4, IDS4, normalization=norm)
+            nan_exactly(out, GROUP0)
+            same_where(out, clean, ~GROUP0)
+
+        probe("nonfinite", f"grpo_{_label}_{_bad}")(_p)
+
+
+@probe("nonfinite", "grpo_batch_scale_poisons_batch")
+def _():
+    # scale="batch": the batch std includes the NaN, so every valid row's statistic includes it.
+    nan_exactly(credax.grpo_advantages(R4, IDS4, normalization=presets.TRL_BATCH), [True] * 4)
+
+
+@probe("nonfinite", "masked_nan_is_absent")
+def _():
+    out = credax.grpo_advantages(R4, IDS4, np.array([False, True, True, True]),
+                                 normalization=Normalization(eps=0.0))
+    # group 0 is the singleton [1] -> 0; group 1 = [1, 0] -> ±0.7071
+    np.testing.assert_allclose(out, [0.0, 0.0, 0.70710677, -0.70710677], rtol=1e-6)
+
+
+@probe("nonfinite", "rloo")
+def _():
+    nan_exactly(credax.rloo_advantages(R4, IDS4), GROUP0)
+
+
+@probe("nonfinite", "gdpo_component")
+def _():
+    r = np.array([[1.0, NAN], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], np.float32)
+    out = credax.gdpo_advantages(r, IDS4, weights=np.ones(2, np.float32))
+    nan_exactly(out, GROUP0)
+
+
+@probe("nonfinite", "degenerate_groups_nan_is_not_healthy")
+def _():
+    out = credax.degenerate_groups(np.array([NAN, 1.0, 1.0, 0.0, INF, 2.0], np.float32),
+                                   np.array([0, 0, 1, 1, 2, 2]))
+    assert out.tolist() == [True, True, False, False, True, True]
+
+
+@probe("nonfinite", "gradients_of_clean_groups")
+def _():
+    w = jnp.array([0.0, 0.0, 2.0, -1.0, 0.5, 3.0])
+    ids = np.array([0, 0, 1, 1, 1, 2])
+    clean = jnp.array([0.5, 1.0, 0.0, 1.0, 4.0, 1.0])
+    bad = clean.at[0].set(NAN)
+    g_bad = jax.grad(lambda r: jnp.sum(w[2:] * credax.grpo_advantages(r, ids)[2:]))(bad)
+    g_clean = jax.grad(lambda r: jnp.sum(w[2:] * credax.grpo_advantages(r, ids)[2:]))(clean)
+    assert np.isfinite(np.asarray(g_bad)).all()
+    np.testing.assert_array_equal(g_bad, g_clean)
+
+
+F32MAX = float(np.finfo(np.float32).max)
+
+
+@probe("f32", "huge_values")
+def _():
+    # [a, -a, 0]: mean 0, unbiased std a, so the advantages are (1, -1, 0) for any a: no overflow
+    # of the sum of squares (the issue: zeros for a = 1e30).
+    for a in (1e19, 1e30, 1e38, F32MAX):
+        out = credax.grpo_advantages(np.array([a, -a, 0.0], np.float32), np.zeros(3, np.int32))
+        np.testing.assert_allclose(out, [1.0, -1.0, 0.0], atol=2e-7)
+
+
+@probe("f32", "huge_batch_scale")
+def _():
+    # TRL batch scaling with a batch std beyond float32 in one group and small values in another.
+    r = np.array([3e38, -3e38, 1.0, 0.0], np.float32)
+    out = credax.grpo_advantages(r, IDS4, normalization=presets.TRL_BATCH)
+    assert np.isfinite(np.asarray(out)).all()
+    # batch σ (ddof=1) of [3e38, -3e38, 1, 0] = 3e38·√(2/3); group 0: ±3e38 / σ = ±√1.5
+    np.testing.assert_allclose(out[:2], [np.sqrt(1.5), -np.sqrt(1.5)], rtol=1e-5)
+    np.testing.assert_allclose(out[2:], [0.0, 0.0], atol=1e-30)
+
+
+@probe("f32", "float64_range")
+def _():
+    with jax.enable_x64(True):
+        out = credax.grpo_advantages(np.array([1e300, -1e300, 0.0]), np.zeros(3, np.int64))
+        np.testing.assert_allclose(out, [1.0, -1.0, 0.0], atol=1e-12)
+
+
+# grpo_advantages(R4_OK, IDS4) under VERL: group [1, 0] has μ = .5, σ = .7071 (ddof 1):
+# ±.5 / (.7071 + 1e-6) = ±.7071; group [.5, .5] is constant: exactly 0.
+GRPO4 = np.array([0.70710576, -0.70710576, 0.0, 0.0], np.float32)
+
+
+BIG = np.array([1e39, -1e39, 0.0, 0.5])
+
+
+@probe("f32", "float64_beyond_float32_names_the_argument")
+def _():
+    raises(ValueError, r"`rewards` holds 1e\+39 at index 0.*float32", credax.grpo_advantages, BIG,
+           IDS4)
+    raises(ValueError, r"`x` holds -1e\+39 at index 1", credax.group_normalize,
+           np.array([0.5, -1e39, 0.0, 0.5]), IDS4)
+
+
+@probe("f32", "list_beyond_float32")
+def _():
+    raises(ValueError, r"`rewards` holds 1e\+39", credax.grpo_advantages, [1e39, 0.0, 1.0, 1.0],
+           IDS4)
+
+
+@probe("f32", "masked_beyond_float32_is_refused_too")
+def _():
+    # The host check cannot know which mask goes with which array: 1e39 is refused at a masked
+    # entry too (documented); NaN / inf padding is not narrowed and passes.
+    m = np.array([True, True, False, True])
+    raises(ValueError, r"`rewards` holds 1e\+39 at index 2", credax.grpo_advantages,
+           np.array([1.0, 0.0, 1e39, 0.5]), IDS4, m)
+    out = credax.grpo_advantages(np.array([1.0, 0.0, INF, 0.5]), IDS4, m)
+    np.testing.assert_allclose(out, [0.70710576, -0.70710576, 0.0, 0.0], rtol=1e-6)
+
+
+@probe("f32", "float32_max_itself_is_fine")
+def _():
+    # ±float32 max is representable: the group [max, -max] is ±1/√2·√2 = ±0.7071 (set units).
+    x = np.array([F32MAX, -F32MAX, 0.5, 0.5])
+    np.testing.assert_allclose(credax.grpo_advantages(x, IDS4), GRPO4, rtol=1e-5)
+
+
+@probe("f32", "nan_in_float64_follows_the_rule")
+def _():
+    # NaN / inf keep the documented rule (NaN at the outputs whose formula includes them).
+    out = np.asarray(credax.grpo_advantages(np.array([NAN, 1.0, 0.5, 0.5]), IDS4))
+    assert np.isnan(out[:2]).all() and (out[2:] == 0).all()
+
+
+@probe("f32", "x64_on_keeps_float64")
+def _():
+    # With x64 on there is no float32 cast: 1e39 is an ordinary float64 (±0.7071 for [1e39, -1e39]).
+    with jax.enable_x64(True):
+        out = credax.grpo_advantages(BIG, IDS4)
+    np.testing.assert_allclose(out[:2], [0.70710678, -0.70710678], rtol=1e-6)
+
+
+@probe("ids", "list_group_ids_still_work")
+def _():
+    np.testing.assert_allclose(credax.grpo_advantages(R4_OK, [0, 0, 1, 1]), GRPO4, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

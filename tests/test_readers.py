@@ -1,15 +1,26 @@
-"""credax._readers: credax's JSONL schema and verl's rollout dump (issue 16 §3)."""
+"""credax._readers: credax's JSONL schema and verl's rollout dump (issue 16 §3).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
+"""
 
 from __future__ import annotations
 
+import enum
 import json
+import os
 import pathlib
+import re
+import stat
+import tempfile
 
 import numpy as np
 import pytest
 
 import credax
 from credax import Rollout, RolloutFormatError, Turn, read_rollouts, write_rollouts
+from tests.probes import INF, NAN, Probes, raises
 
 # Laid out exactly as verl's RayPPOTrainer._dump_generations writes `trainer.rollout_data_dir`
 # (volcengine/verl, verl/trainer/ppo/ray_trainer.py, commit
@@ -264,3 +275,408 @@ def test_tunix_bad_item_names_the_field(tmp_path, mutate, field, message):
     with pytest.raises(credax.RolloutFormatError, match=message) as err:
         credax.rollouts_from_tunix([item])
     assert err.value.field == field and str(err.value).startswith("items[0]")
+
+
+def test_logprobs_round_trip_through_the_rollouts_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rs = [Rollout("q", [Turn([5, 6], 1.0, logprobs=[-0.5, -1.5]), Turn([7], 0.0, logprobs=[-2.0])]),
+          Rollout("q", [Turn([8], 0.5, logprobs=[-0.25])])]
+    credax.write_rollouts(path, rs)
+    again = credax.read_rollouts(str(path))
+    assert [[t.logprobs for t in r.turns] for r in again] == [[[-0.5, -1.5], [-2.0]], [[-0.25]]]
+    assert credax.pad_rollouts(again).batch.old_logp.tolist() == [[-0.5, -1.5, -2.0], [-0.25, 0.0, 0.0]]
+    credax.write_rollouts(path, [Rollout("q", [Turn([5], 1.0)])])  # none: the key is not written
+    assert '"logprobs"' not in path.read_text()
+    path.write_text('{"prompt_id": "q", "turns": [{"action": [1, 2], "score": 1, "logprobs": [-1]}]}\n')
+    with pytest.raises(credax.RolloutFormatError, match=r"turns\[0\].logprobs.*2 numbers.*got 1 numbers"):
+        credax.read_rollouts(str(path))
+    path.write_text('{"prompt_id": "q", "turns": [{"action": [1], "score": 1, "logprobs": ["a"]}]}\n')
+    with pytest.raises(credax.RolloutFormatError, match=r"turns\[0\].logprobs\[0\]"):
+        credax.read_rollouts(str(path))
+    with pytest.raises(ValueError, match=r"logprobs\[0\]` must be finite"):
+        credax.write_rollouts(path, [Rollout("q", [Turn([5], 1.0, logprobs=[float("-inf")])])])
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+def _two_rollouts(**turn1):
+    good = credax.Rollout("p", [credax.Turn([1, 2], 0.5), credax.Turn([3], 1.0)])
+    return [good, credax.Rollout("q", [credax.Turn([4], **({"score": 0.2} | turn1))])]
+
+
+def _read_line(text, fmt="credax"):
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/x.jsonl"
+        with open(path, "w") as fh:
+            fh.write(text + "\n")
+        return credax.read_rollouts(path, format=fmt)
+
+
+for _lit in ("NaN", "Infinity", "-Infinity", "1e400"):  # Python's json reads all four (1e400: inf)
+
+    def _p(lit=_lit):
+        line = '{"prompt_id": 0, "turns": [{"action": [1], "score": 0.5, "reward": 1}]}'
+        for field, text in (
+            ("turns[0].score", line.replace('"score": 0.5', f'"score": {lit}')),
+            ("turns[0].reward", line.replace('"reward": 1', f'"reward": {lit}')),
+            ("outcome", line[:-1] + f', "outcome": {lit}}}'),
+        ):
+            raises(credax.RolloutFormatError, rf"x\.jsonl:1: field `{re.escape(field)}`: expected a "
+                   "finite number", _read_line, text)
+        raises(credax.RolloutFormatError, r"field `score`: expected a finite number", _read_line,
+               f'{{"input": "a", "output": "b", "score": {lit}, "step": 1}}', "verl")
+
+    probe("nonfinite", f"read_rollouts_{_lit}")(_p)
+
+
+@probe("nonfinite", "read_meta_nan_is_carried_not_written")
+def _():
+    # meta is free-form and never read by credax: a NaN there is carried as read, and refused
+    # (naming the field) when written back, since JSON has no NaN.
+    rollouts = _read_line('{"prompt_id": 0, "turns": [{"action": [1], "score": 0.5}], "meta": {"x": NaN}}')
+    assert np.isnan(rollouts[0].meta["x"])
+    with tempfile.TemporaryDirectory() as d:
+        raises(ValueError, r"`rollouts\[0\]\.meta` must be JSON with finite numbers",
+               credax.write_rollouts, f"{d}/y.jsonl", rollouts)
+
+
+for _bad in (NAN, INF, -INF):
+
+    def _p(bad=_bad):
+        cases = {
+            "turns[0].score": _two_rollouts(score=bad),
+            "turns[0].reward": _two_rollouts(reward=bad),
+            "outcome": [_two_rollouts()[0], credax.Rollout("q", [credax.Turn([4], 0.2)], outcome=bad)],
+        }
+        with tempfile.TemporaryDirectory() as d:
+            path = f"{d}/w.jsonl"
+            for field, rollouts in cases.items():
+                raises(ValueError, rf"`rollouts\[1\]\.{re.escape(field)}` must be finite",
+                       credax.write_rollouts, path, rollouts)
+                assert not os.path.exists(path)  # nothing written, not even rollouts[0]
+            with open(path, "w") as fh:
+                fh.write("old\n")
+            raises(ValueError, "must be finite", credax.write_rollouts, path, cases["outcome"])
+            with open(path) as fh:
+                assert fh.read() == "old\n"  # an existing file is left as it was
+
+    probe("nonfinite", f"write_rollouts_{_bad}")(_p)
+
+
+GOOD_ROLLOUTS = [Rollout("p", [Turn([1, 2], 1.0)])]
+
+
+class _Label(enum.IntEnum):
+    D = 0
+
+
+def _bytes(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _write_fails(rollouts, exc, match):
+    """Writing ``rollouts`` over an existing good file raises ``exc`` naming the field; the file
+    is byte-for-byte what it was, and no temporary file is left beside it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "r.jsonl")
+        credax.write_rollouts(path, GOOD_ROLLOUTS)
+        before = _bytes(path)
+        with pytest.raises(exc, match=match):
+            credax.write_rollouts(path, rollouts)
+        assert _bytes(path) == before
+        assert os.listdir(d) == ["r.jsonl"]
+        fresh = os.path.join(d, "new.jsonl")
+        with pytest.raises(exc, match=match):
+            credax.write_rollouts(fresh, rollouts)
+        assert not os.path.exists(fresh) and os.listdir(d) == ["r.jsonl"]
+
+
+def _round_trip(rollouts):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "r.jsonl")
+        credax.write_rollouts(path, rollouts)
+        return credax.read_rollouts(path)
+
+
+_OK = [Turn([1], 1.0)]
+
+
+# (rollouts, exception, message naming the field): each was either written and then refused by
+# read_rollouts (or silently changed: int(1.5) = 1, int(True) = 1), or failed half-way through
+# writing after the file had been truncated.
+WRITE_FAILS = {
+    "surrogate_prompt_id": ([Rollout("p", _OK), Rollout("a\ud800", _OK)], ValueError,
+                            r"rollouts\[1\]\.prompt_id.*surrogate"),
+    "surrogate_meta": ([Rollout("p", _OK, meta={"note": "x\udc80"})], ValueError,
+                       r"rollouts\[0\]\.meta.*surrogate"),
+    "surrogate_role": ([Rollout("p", [Turn([1], 1.0, role="\ud83d")])], ValueError,
+                       r"rollouts\[0\]\.turns\[0\]\.role.*surrogate"),
+    "surrogate_anchor": ([Rollout("p", [Turn([1], 1.0, anchor="s\udfff")])], ValueError,
+                         r"rollouts\[0\]\.turns\[0\]\.anchor.*surrogate"),
+    "surrogate_meta_key": ([Rollout("p", _OK, meta={"\ud800": 1})], ValueError,
+                           r"rollouts\[0\]\.meta.*surrogate"),
+    "empty_tuple_prompt_id": ([Rollout((), _OK)], ValueError, r"rollouts\[0\]\.prompt_id"),
+    "nested_tuple_prompt_id": ([Rollout((1, (2,)), _OK)], TypeError,
+                               r"rollouts\[0\]\.prompt_id\[1\]"),
+    "negative_token": ([Rollout("p", [Turn([-1], 1.0)])], ValueError,
+                       r"rollouts\[0\]\.turns\[0\]\.action\[0\]"),
+    "token_beyond_int32": ([Rollout("p", [Turn([2**31], 1.0)])], ValueError,
+                           r"rollouts\[0\]\.turns\[0\]\.action\[0\]"),
+    "float_token": ([Rollout("p", [Turn([1.5], 1.0)])], TypeError,
+                    r"rollouts\[0\]\.turns\[0\]\.action\[0\]"),
+    "bool_token": ([Rollout("p", [Turn([True], 1.0)])], TypeError,
+                   r"rollouts\[0\]\.turns\[0\]\.action\[0\]"),
+    "float_array_tokens": ([Rollout("p", [Turn(np.array([1.0, 2.5]), 1.0)])], TypeError,
+                           r"rollouts\[0\]\.turns\[0\]\.action\[0\]"),  # 1.0 is no int either
+    "negative_prompt_token": ([Rollout("p", _OK, prompt=[-3])], ValueError,
+                              r"rollouts\[0\]\.prompt\[0\]"),
+    "observation_2d": ([Rollout("p", [Turn([1], 1.0, observation=np.zeros((1, 2), int))])],
+                       TypeError, r"rollouts\[0\]\.turns\[0\]\.observation\[0\]"),
+    "action_none": ([Rollout("p", [Turn([None], 1.0)])], TypeError,
+                    r"rollouts\[0\]\.turns\[0\]\.action\[0\]"),
+    "no_turns": ([Rollout("p", [])], ValueError, r"rollouts\[0\]\.turns"),
+    "turns_string": ([Rollout("p", "turns")], TypeError, r"rollouts\[0\]\.turns"),
+    "turn_not_turn": ([Rollout("p", [{"action": [1], "score": 1.0}])], TypeError,
+                      r"rollouts\[0\]\.turns\[0\]"),
+    "tuple_anchor": ([Rollout("p", [Turn([1], 1.0, anchor=(1, 2))])], TypeError,
+                     r"rollouts\[0\]\.turns\[0\]\.anchor"),
+    "bool_role": ([Rollout("p", [Turn([1], 1.0, role=True)])], TypeError,
+                  r"rollouts\[0\]\.turns\[0\]\.role"),
+    "float_role": ([Rollout("p", [Turn([1], 1.0, role=1.5)])], TypeError,
+                   r"rollouts\[0\]\.turns\[0\]\.role"),
+    "bool_score": ([Rollout("p", [Turn([1], True)])], TypeError,
+                   r"rollouts\[0\]\.turns\[0\]\.score"),
+    "string_score": ([Rollout("p", [Turn([1], "1.0")])], TypeError,
+                     r"rollouts\[0\]\.turns\[0\]\.score"),
+    "huge_int_score": ([Rollout("p", [Turn([1], 10**400)])], ValueError,
+                       r"rollouts\[0\]\.turns\[0\]\.score"),
+    "nan_reward": ([Rollout("p", [Turn([1], 1.0, reward=NAN)])], ValueError,
+                   r"rollouts\[0\]\.turns\[0\]\.reward"),
+    "inf_outcome": ([Rollout("p", _OK, outcome=-INF)], ValueError, r"rollouts\[0\]\.outcome"),
+    "meta_not_dict": ([Rollout("p", _OK, meta=[1])], TypeError, r"rollouts\[0\]\.meta"),
+    "meta_huge_int": ([Rollout("p", _OK, meta={"a": 10**5000})], ValueError,
+                      r"rollouts\[0\]\.meta"),
+    "meta_nan": ([Rollout("p", _OK, meta={"a": NAN})], ValueError, r"rollouts\[0\]\.meta"),
+    "not_a_rollout": ([GOOD_ROLLOUTS[0], {"prompt_id": "p"}], TypeError, r"rollouts\[1\]"),
+    "a_string": ("rollouts", TypeError, r"`rollouts` must be an iterable of credax.Rollout"),
+    "a_single_rollout": (GOOD_ROLLOUTS[0], TypeError,
+                         r"`rollouts` must be an iterable of credax.Rollout"),
+    "bool_prompt_id": ([Rollout(True, _OK)], TypeError, r"rollouts\[0\]\.prompt_id"),
+    "float_prompt_id": ([Rollout(1.5, _OK)], TypeError, r"rollouts\[0\]\.prompt_id"),
+}
+
+
+for _label, (_rollouts, _exc, _match) in WRITE_FAILS.items():
+
+    def _p(rollouts=_rollouts, exc=_exc, match=_match):
+        _write_fails(rollouts, exc, match)
+
+    probe("files", f"write_refuses_{_label}")(_p)
+
+
+@probe("files", "write_iterator_failing_midway_keeps_file")
+def _():
+    def gen():
+        yield GOOD_ROLLOUTS[0]
+        raise RuntimeError("upstream broke")
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "r.jsonl")
+        credax.write_rollouts(path, [Rollout("q", _OK)] * 3)
+        before = _bytes(path)
+        with pytest.raises(RuntimeError, match="upstream broke"):
+            credax.write_rollouts(path, gen())
+        assert _bytes(path) == before and os.listdir(d) == ["r.jsonl"]
+
+
+@probe("files", "write_replaces_keeps_permissions")
+def _():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "r.jsonl")
+        credax.write_rollouts(path, GOOD_ROLLOUTS)
+        os.chmod(path, 0o640)
+        credax.write_rollouts(path, [Rollout("q", _OK)])
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+        assert [r.prompt_id for r in credax.read_rollouts(path)] == ["q"]
+        assert os.listdir(d) == ["r.jsonl"]
+
+
+@probe("files", "write_into_missing_directory")
+def _():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        raises(FileNotFoundError, "no such directory", credax.write_rollouts,
+               os.path.join(d, "no", "r.jsonl"), GOOD_ROLLOUTS)
+        assert os.listdir(d) == []
+
+
+@probe("files", "write_through_symlink_replaces_target")
+def _():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        target = os.path.join(d, "target.jsonl")
+        credax.write_rollouts(target, GOOD_ROLLOUTS)
+        link = os.path.join(d, "link.jsonl")
+        os.symlink(target, link)
+        credax.write_rollouts(link, [Rollout("q", _OK)])
+        assert os.path.islink(link)
+        assert [r.prompt_id for r in credax.read_rollouts(target)] == ["q"]
+
+
+# Values that must round-trip: what is written is read back as the same rollout.
+ROUND_TRIPS = {
+    "numpy_int_prompt_id": (Rollout(np.int64(2**40), _OK), 2**40),
+    "numpy_str_prompt_id": (Rollout(np.str_("task"), _OK), "task"),
+    "mixed_tuple_prompt_id": (Rollout((np.int32(3), "a", 2**70), _OK), (3, "a", 2**70)),
+    "unicode_prompt_id": (Rollout("é😀\u2028", _OK), "é😀\u2028"),
+    "huge_int_prompt_id": (Rollout(-(10**30), _OK), -(10**30)),
+}
+
+
+for _label, (_rollout, _pid) in ROUND_TRIPS.items():
+
+    def _p(rollout=_rollout, pid=_pid):
+        back = _round_trip([rollout])[0]
+        assert back.prompt_id == pid and type(back.prompt_id) is type(pid)
+
+    probe("files", f"round_trip_{_label}")(_p)
+
+
+@probe("files", "round_trip_numpy_fields_and_enum_role")
+def _():
+    r = Rollout("p", [Turn(np.array([1, 2], np.int16), np.float32(0.5), observation=np.arange(2),
+                           role=_Label.D, reward=np.float64(0.25), anchor=np.int64(7))],
+                prompt=np.array([4], np.uint8), outcome=np.float16(1.0))
+    back = _round_trip([r])[0]
+    t = back.turns[0]
+    assert (t.action, t.score, t.observation, t.role, t.reward, t.anchor) == ([1, 2], 0.5, [0, 1],
+                                                                                0, 0.25, 7)
+    assert back.prompt == [4] and back.outcome == 1.0
+
+
+@probe("files", "round_trip_1e39_score_then_pad_refuses")
+def _():
+    # 1e39 is a finite float64: the file carries it exactly.
+    back = _round_trip([Rollout("p", [Turn([1], 1e39)])])[0]
+    assert back.turns[0].score == 1e39
+
+
+def _read(text, fmt="credax", binary=False):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "in.jsonl")
+        with open(path, "wb") as f:
+            f.write(text if binary else text.encode("utf-8"))
+        return credax.read_rollouts(path, format=fmt)
+
+
+LINE1 = '{"prompt_id": "p", "turns": [{"action": [1], "score": 1}]}\n'
+
+
+def _turn_line(**fields):
+    turn = {"action": [1], "score": 1}
+    turn.update(fields)
+    import json
+    return LINE1 + json.dumps({"prompt_id": "p", "turns": [turn]}) + "\n"
+
+
+# (file text, format, message): every failure is a RolloutFormatError naming file:line (and the
+# field where there is one). Before: OverflowError, ValueError (digits limit), RecursionError,
+# none naming the file.
+READ_FAILS = {
+    "huge_int_score": (LINE1 + '{"prompt_id": "p", "turns": [{"action": [1], "score": 1' + "0" * 400
+                       + "}]}\n", "credax", r"in\.jsonl:2: field `turns\[0\]\.score`"),
+    "huge_int_reward": (LINE1 + '{"prompt_id": "p", "turns": [{"action": [1], "score": 1, "reward": '
+                        + "9" * 320 + "}]}\n", "credax", r"in\.jsonl:2: field `turns\[0\]\.reward`"),
+    "huge_int_outcome": (LINE1 + '{"prompt_id": "p", "outcome": -' + "9" * 320 + ', "turns": [{"action":'
+                         ' [1], "score": 1}]}\n', "credax", r"in\.jsonl:2: field `outcome`"),
+    "overlong_digits_score": (LINE1 + '{"prompt_id": "p", "turns": [{"action": [1], "score": '
+                              + "9" * 5000 + "}]}\n", "credax", r"in\.jsonl:2: .*digits"),
+    "overlong_digits_prompt_id": (LINE1 + '{"prompt_id": ' + "7" * 5000 + ', "turns": []}\n',
+                                  "credax", r"in\.jsonl:2: .*digits"),
+    "overlong_digits_token": (LINE1 + '{"prompt_id": 1, "turns": [{"action": [' + "1" * 4500
+                              + '], "score": 0}]}\n', "credax", r"in\.jsonl:2: .*digits"),
+    "deep_nesting_meta": (LINE1 + '{"prompt_id": "p", "turns": [], "meta": {"a": ' + "[" * 100000
+                          + "]" * 100000 + "}}\n", "credax", r"in\.jsonl:2: .*nest"),
+    "deep_nesting_prompt_id": (LINE1 + '{"prompt_id": ' + "[" * 50000 + "]" * 50000 + "}\n",
+                               "credax", r"in\.jsonl:2: .*nest"),
+    "token_beyond_int32": (_turn_line(action=[2**31]), "credax",
+                           r"in\.jsonl:2: field `turns\[0\]\.action\[0\]`"),
+    "token_huge": (_turn_line(action=[1, 2**64]), "credax",
+                   r"in\.jsonl:2: field `turns\[0\]\.action\[1\]`"),
+    "lone_surrogate_prompt_id": (LINE1 + '{"prompt_id": "a\\ud800", "turns": [{"action": [1], "score"'
+                                 ': 1}]}\n', "credax", r"in\.jsonl:2: field `prompt_id`.*surrogate"),
+    "lone_surrogate_role": (LINE1 + '{"prompt_id": "a", "turns": [{"action": [1], "score": 1, "role":'
+                            ' "\\udc00"}]}\n', "credax",
+                            r"in\.jsonl:2: field `turns\[0\]\.role`.*surrogate"),
+    "lone_surrogate_meta": (LINE1 + '{"prompt_id": "a", "turns": [{"action": [1], "score": 1}], '
+                            '"meta": {"k": ["\\uDBFF"]}}\n', "credax",
+                            r"in\.jsonl:2: field `meta\.k\[0\]`.*surrogate"),
+    "verl_huge_int_score": ('{"input": "a", "output": "b", "score": 1' + "0" * 400 + ', "step": 1}\n',
+                            "verl", r"in\.jsonl:1: field `score`"),
+    "verl_overlong_step": ('{"input": "a", "output": "b", "score": 1, "step": ' + "9" * 5000 + "}\n",
+                           "verl", r"in\.jsonl:1: .*digits"),
+    "verl_deep_nesting": ('{"input": "a", "output": "b", "score": 1, "step": 1, "x": ' + "[" * 100000
+                          + "]" * 100000 + "}\n", "verl", r"in\.jsonl:1: .*nest"),
+    "verl_lone_surrogate_input": ('{"input": "\\ud800", "output": "b", "score": 1, "step": 1}\n',
+                                  "verl", r"in\.jsonl:1: field `input`.*surrogate"),
+}
+
+
+for _label, (_text, _fmt, _match) in READ_FAILS.items():
+
+    def _p(text=_text, fmt=_fmt, match=_match):
+        raises(RolloutFormatError, match, _read, text, fmt)
+
+    probe("files", f"read_names_line_{_label}")(_p)
+
+
+@probe("files", "read_valid_surrogate_pair_is_fine")
+def _():
+    # A surrogate *pair* escape is one character (U+1F600): valid, read as it is.
+    got = _read('{"prompt_id": "\\ud83d\\ude00", "turns": [{"action": [1], "score": 1}]}\n')
+    assert got[0].prompt_id == "😀"
+
+
+@probe("files", "read_huge_float_still_named")
+def _():
+    # 1e400 parses as inf: refused as not finite (this one was right before).
+    raises(RolloutFormatError, r"in\.jsonl:1: field `turns\[0\]\.score`: expected a finite",
+           _read, '{"prompt_id": "p", "turns": [{"action": [1], "score": 1e400}]}\n')
+
+
+@probe("files", "read_then_write_round_trip_of_every_accepted_kind")
+def _():
+    text = ('{"prompt_id": [1, "a", ' + str(2**80) + '], "prompt": [0, 2147483647], "outcome": null,'
+            ' "turns": [{"action": [], "score": -0.0, "observation": [5], "role": "D", "reward": 1e-300,'
+            ' "anchor": -7}], "meta": {"x": [1, {"y": null}]}}\n')
+    first = _read(text)
+    again = _round_trip(first)
+    for a, b in zip(first, again, strict=True):
+        assert (a.prompt_id, a.prompt, a.outcome, a.turns) == (b.prompt_id, b.prompt, b.outcome,
+                                                               b.turns)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

@@ -2,7 +2,13 @@
 
 Ground truth: a hand-laid-out batch (derivation in the comments), the unpadded batch for every
 padding-invariance check (the same credax function on exact shapes), and trace counters for the
-"compiles once per bucket" promise.
+"compiles once per bucket" promise. ``Turn`` carries the sampler's log-probs and ``pad_rollouts``
+returns them ``[B, T]`` at the tokens' positions; ``Turn(3, 0.5)`` names the field; a 0-d JAX score
+is a number as NumPy's is; ``RolloutLayout.per_token`` refuses to guess when the padded K equals T.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import pytest
 
 import credax
 from credax import Buckets, Rollout, Turn, pad_rollouts
+from tests.probes import INF, NAN, Probes, raises
 
 
 def _random_rollouts(rng: np.random.Generator, n: int, *, max_turns: int = 5, prompts: int = 3,
@@ -319,3 +326,210 @@ def test_round_trip_to_ragged():
         layout.per_turn(np.zeros((3, 2)))
     with pytest.raises(ValueError, match="values"):
         layout.per_token(np.zeros((layout.shape[0], 5)))
+
+
+# ------------------------------------------------------------------------------------------
+# Turn fields: log-probs, bare numbers, 0-d scores; ids by type and value.
+# ------------------------------------------------------------------------------------------
+
+
+def test_turn_logprobs_come_back_as_old_logp_at_the_tokens_positions():
+    # Row 0: prompt [1], action [5, 6] (-0.5, -1.5), observation [9], action [7] (-2.0).
+    # Row 1: prompt [2, 2], action [8] (-0.25). Padded to T = 5 (row 0's length).
+    rs = [Rollout("q", [Turn([5, 6], 1.0, observation=[9], logprobs=[-0.5, -1.5]),
+                        Turn([7], 0.0, logprobs=np.array([-2.0], np.float32))], prompt=[1]),
+          Rollout("q", [Turn([8], 0.5, logprobs=(-0.25,))], prompt=[2, 2])]
+    batch, layout = credax.pad_rollouts(rs, buckets=Buckets(batch=(4,), tokens=(5,)))
+    assert batch.tokens.tolist()[:2] == [[1, 5, 6, 9, 7], [2, 2, 8, 0, 0]]
+    assert batch.old_logp.dtype == jnp.float32
+    assert batch.old_logp.tolist() == [[0.0, -0.5, -1.5, 0.0, -2.0], [0.0, 0.0, -0.25, 0.0, 0.0],
+                                       [0.0] * 5, [0.0] * 5]
+    # Per action token back through the layout, and straight into the loss as old_logp.
+    assert [t.tolist() for t in layout.per_token(batch.old_logp, axis="tokens")[0]] == [[-0.5, -1.5],
+                                                                                         [-2.0]]
+    adv = credax.grpo_advantages(batch.outcome, batch.groups, batch.row_mask)
+    out = credax.policy_loss(batch.old_logp, batch.old_logp, adv, batch.mask,
+                             token_turn=batch.token_turn)
+    assert float(out.metrics.mean_ratio) == 1.0
+    # The batch is still a pytree with or without log-probs (None has no leaves).
+    assert jax.jit(lambda b: b.old_logp.sum())(batch) == pytest.approx(-4.25)
+    assert credax.pad_rollouts([Rollout("q", [Turn([1], 1.0)])]).batch.old_logp is None
+
+
+def test_turn_logprobs_are_checked_naming_the_turn():
+    with pytest.raises(ValueError, match=r"rollouts\[0\].turns\[1\].logprobs: one log-prob per action"):
+        credax.pad_rollouts([Rollout("q", [Turn([1], 0.0, logprobs=[-1.0]),
+                                           Turn([2, 3], 1.0, logprobs=[-1.0])])])
+    with pytest.raises(ValueError, match=r"`rollouts\[1\].turns\[0\].logprobs` is missing while "
+                                         r"`rollouts\[0\].turns\[0\].logprobs` is given"):
+        credax.pad_rollouts([Rollout("q", [Turn([1], 0.0, logprobs=[-1.0])]),
+                             Rollout("q", [Turn([2], 1.0)])])
+    with pytest.raises(ValueError, match=r"`rollouts\[0\].turns\[0\].logprobs` is missing"):
+        credax.pad_rollouts([Rollout("q", [Turn([1], 0.0), Turn([2], 1.0, logprobs=[-1.0])])])
+    with pytest.raises(ValueError, match=r"rollouts\[0\].turns\[1\].logprobs\[0\]: must be finite"):
+        credax.pad_rollouts([Rollout("q", [Turn([1], 0.0, logprobs=[-1.0]),
+                                           Turn([2], 1.0, logprobs=[float("nan")])])])
+    with pytest.raises(TypeError, match=r"rollouts\[0\].turns\[0\].logprobs\[1\]: must be a number"):
+        credax.pad_rollouts([Rollout("q", [Turn([1, 2], 0.0, logprobs=[-1.0, "x"])])])
+
+
+@pytest.mark.parametrize("field, value", [("action", 3), ("action", np.int64(3)), ("action", "ab"),
+                                          ("observation", 7), ("logprobs", -0.5),
+                                          ("action", np.array(3))])
+def test_turn_with_a_bare_number_names_the_field(field, value):
+    # Before: `Turn(3, 0.5)` built, and pad_rollouts died with "object of type 'int' has no len()".
+    kwargs = {"action": [1], "score": 0.5, field: value}
+    with pytest.raises(TypeError, match=rf"`Turn.{field}` must be a sequence"):
+        Turn(**kwargs)
+
+
+def test_turn_3_says_how_to_write_one_token():
+    with pytest.raises(TypeError, match=r"for one token write \[3\]"):
+        Turn(3, 0.5)
+
+
+@pytest.mark.parametrize("score", [jnp.float32(0.5), jnp.asarray(0.5), np.array(0.5), np.float32(0.5),
+                                   jnp.asarray(1, jnp.int32)])
+def test_zero_d_scores_are_numbers(score):
+    # Before: a 0-d jax.Array (a score computed on the device) was refused as "not a number".
+    batch, _ = credax.pad_rollouts([Rollout("p", [Turn([1], score, reward=score)], outcome=score)])
+    assert batch.scores.tolist() == [[float(score)]]
+    assert batch.outcome.tolist() == [float(score)] and batch.rewards.tolist() == [[float(score)]]
+
+
+@pytest.mark.parametrize("score", [jnp.asarray(True), np.array(True), jnp.zeros(1), np.zeros((1, 1)),
+                                   jnp.asarray(jnp.nan)])
+def test_non_scalar_bool_or_nan_arrays_are_still_refused(score):
+    with pytest.raises((TypeError, ValueError), match=r"rollouts\[0\].turns\[0\].score"):
+        credax.pad_rollouts([Rollout("p", [Turn([1], score)])])
+
+
+def test_traced_score_is_refused_clearly():
+    @jax.jit
+    def f(x):
+        credax.pad_rollouts([Rollout("p", [Turn([1], x)])])
+        return x
+
+    with pytest.raises(TypeError, match="traced value"):
+        f(jnp.float32(0.5))
+
+
+def test_pad_rollouts_ids_compare_by_type_and_value_and_scores_fit_float32():
+    # Reported by the reliability round (#27): pad_rollouts had its own id key, which split
+    # np.str_("a") from "a", merged (1, "a"), (1.0, "a") and (True, "a"), and took a NaN inside a
+    # tuple; a score of 1e39 became inf in the float32 batch.
+    one = lambda pid, score=0.5: Rollout(pid, [Turn([1], score)])
+    ids = lambda rs: credax.pad_rollouts(rs).batch.group_ids.tolist()
+    assert ids([one(np.str_("a")), one("a")]) == [0, 0]
+    assert ids([one((1, "a")), one((1.0, "a")), one((True, "a"))]) == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"prompt_id\[0\].*NaN"):
+        credax.pad_rollouts([one((float("nan"), "a"))])
+    with pytest.raises(ValueError, match=r"1e\+39.*float32"):
+        credax.pad_rollouts([one("a", 1e39)])
+
+
+# ------------------------------------------------------------------------------------------
+# RolloutLayout.per_token refuses to guess when the padded K equals T.
+# ------------------------------------------------------------------------------------------
+
+
+def _square():
+    # K = T = 4 with these buckets: a [B, K] array and a [B, T] array have the same shape.
+    rs = [Rollout("p", [Turn([1], 0.1), Turn([2], 0.2), Turn([3, 4], 0.3)])]
+    return credax.pad_rollouts(rs, buckets=Buckets(batch=(1,), turns=(4,), tokens=(4,)))
+
+
+def test_per_token_refuses_to_guess_when_padded_k_equals_t():
+    batch, layout = _square()
+    assert layout.shape == (1, 4, 4)
+    # Before: a [B, K] array was read as [B, T], silently: turn 2 got [scores[0, 2], scores[0, 3]]
+    # = [0.3, 0.0] instead of [0.3, 0.3].
+    with pytest.raises(ValueError, match="K = T = 4.*axis='tokens' or axis='turns'"):
+        layout.per_token(batch.scores)
+    by_turn = layout.per_token(batch.scores, axis="turns")
+    np.testing.assert_allclose(np.concatenate(by_turn[0]), [0.1, 0.2, 0.3, 0.3], rtol=1e-6)
+    assert [t.tolist() for t in layout.per_token(batch.tokens, axis="tokens")[0]] == [[1], [2], [3, 4]]
+
+
+def test_per_token_axis_is_checked_against_the_shape():
+    batch, layout = credax.pad_rollouts([Rollout("p", [Turn([1, 2, 3], 0.1)])])  # K = 1, T = 3
+    assert [t.tolist() for t in layout.per_token(batch.tokens)[0]] == [[1, 2, 3]]
+    assert [t.tolist() for t in layout.per_token(batch.scores)[0]] == [[pytest.approx(0.1)] * 3]
+    with pytest.raises(ValueError, match=r"\[B, K\] = \(1, 1\) \(axis='turns'\)"):
+        layout.per_token(batch.tokens, axis="turns")
+    with pytest.raises(ValueError, match="`axis` must be"):
+        layout.per_token(batch.tokens, axis="token")
+    with pytest.raises(ValueError, match=r"\[B, T\] = \(1, 3\) or \[B, K\] = \(1, 1\)"):
+        layout.per_token(np.zeros((1, 2)))
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+def _two_rollouts(**turn1):
+    good = credax.Rollout("p", [credax.Turn([1, 2], 0.5), credax.Turn([3], 1.0)])
+    return [good, credax.Rollout("q", [credax.Turn([4], **({"score": 0.2} | turn1))])]
+
+
+for _bad in (NAN, INF, -INF, np.float32(NAN), np.float64(-INF)):
+    for _field in ("score", "reward"):
+
+        def _p(bad=_bad, field=_field):
+            raises(ValueError, rf"rollouts\[1\]\.turns\[0\]\.{field}: must be finite",
+                   credax.pad_rollouts, _two_rollouts(**{field: bad}))
+
+        probe("nonfinite", f"pad_rollouts_{_field}_{_bad!r}")(_p)
+
+    def _p(bad=_bad):
+        rollouts = [credax.Rollout("p", [credax.Turn([1], 0.5)], outcome=bad)]
+        raises(ValueError, r"rollouts\[0\]\.outcome: must be finite", credax.pad_rollouts, rollouts)
+
+    probe("nonfinite", f"pad_rollouts_outcome_{_bad!r}")(_p)
+
+
+@probe("nonfinite", "pad_rollouts_nan_ids")
+def _():
+    # NaN != NaN: as a prompt or anchor id it would make a group of its own per row.
+    raises(ValueError, r"rollouts\[0\]\.prompt_id: NaN is not a usable id",
+           credax.pad_rollouts, [credax.Rollout(NAN, [credax.Turn([1], 0.5)])])
+    raises(ValueError, r"rollouts\[1\]\.turns\[0\]\.anchor: NaN is not a usable id",
+           credax.pad_rollouts, _two_rollouts(anchor=NAN))
+
+
+@probe("nonfinite", "layout_maps_back_exactly")
+def _():
+    # Rows: "p" (turns [1, 2] and [3]), "q" (turn [4]), then two padding rows (batch bucket 4).
+    # Values at real turns/tokens come back as given, NaN/inf included; padding never does.
+    padded = credax.pad_rollouts(_two_rollouts(), buckets=credax.Buckets(batch=(4,)))
+    layout = padded.layout
+    b, k, t = layout.shape
+    assert (b, k) == (4, 2) and t >= 3
+    turns = np.full((b, k), NAN)
+    turns[0] = [0.25, INF]
+    turns[1, 0] = -INF
+    out = layout.per_turn(turns)
+    np.testing.assert_array_equal(out[0], [0.25, INF])
+    np.testing.assert_array_equal(out[1], [-INF])
+    tokens = layout.per_token(turns)  # [B, K]: each action token gets its turn's value
+    np.testing.assert_array_equal(np.concatenate(tokens[0]), [0.25, 0.25, INF])
+    np.testing.assert_array_equal(np.concatenate(tokens[1]), [-INF])
+    per_tok = np.full((b, t), NAN)
+    per_tok[0, :3] = [1.0, NAN, 3.0]  # row "p": tokens 1, 2 | 3 (no prompt, no observation)
+    per_tok[1, 0] = 4.0
+    tokens = layout.per_token(per_tok)
+    np.testing.assert_array_equal(tokens[0][0], [1.0, NAN])
+    np.testing.assert_array_equal(tokens[0][1], [3.0])
+    np.testing.assert_array_equal(tokens[1][0], [4.0])
+    np.testing.assert_array_equal(layout.per_rollout(np.array([INF, 2.0, NAN, NAN])), [INF, 2.0])
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

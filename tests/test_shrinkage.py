@@ -3,6 +3,10 @@
 Ground truth: the per-prompt loop of ``tests/reference/estimators.py::shrinkage_baseline``,
 hand-worked goldens, the limiting cases (c = 0 is Dr. GRPO / RLOO), and the variance reduction
 itself on synthetic Bernoulli prompts (the figure of benchmarks/shrinkage.py, at test size).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 import jax
@@ -12,6 +16,7 @@ import pytest
 
 import credax
 from benchmarks import shrinkage as bench
+from tests.probes import Probes
 from tests.reference import estimators as ref
 
 
@@ -94,3 +99,81 @@ def test_masked_rows_and_jit():
         credax.shrinkage_baseline(r, ids, mask.astype(float))
     with pytest.raises(ValueError, match="`rewards`"):
         credax.shrinkage_baseline(jnp.zeros((9, 2)), ids)
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+R8 = np.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+IDS8 = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+
+
+# shrinkage_baseline(R8, IDS8) hand-worked in its docstring: c = 0.25 for every prompt and
+# advantages (.125, .125, -.5, .5, -.125, -.125, .5, -.5). c is scale-free and the advantages
+# scale with the rewards, so r·s gives c = .25 and s·A for every s.
+SHRINK_A = np.array([0.125, 0.125, -0.5, 0.5, -0.125, -0.125, 0.5, -0.5])
+
+
+for _s in (1e10, 1e19, 1e20, 1e25, 1e30, 1e35, 1e38, 1e-10, 1e-20, 1e-30, 1e-36):
+    for _loo in (False, True):
+
+        def _p(s=_s, loo=_loo):
+            # Before: NaN from 1e20 up (squares overflow) and c = 1 from 1e-20 down (squares
+            # underflow to 0: "identical prompt means").
+            x = (R8 * s).astype(np.float32)
+            out = credax.shrinkage_baseline(x, IDS8, leave_one_out=loo)
+            ref = credax.shrinkage_baseline(R8.astype(np.float32), IDS8, leave_one_out=loo)
+            np.testing.assert_allclose(out.shrinkage, ref.shrinkage, rtol=1e-5)
+            np.testing.assert_allclose(np.asarray(out.baseline, np.float64) / s,
+                                       np.asarray(ref.baseline), rtol=1e-5, atol=1e-6)
+            adv = np.asarray(credax.shrinkage_advantages(x, IDS8, leave_one_out=loo), np.float64)
+            if not loo:
+                np.testing.assert_allclose(adv / s, SHRINK_A, rtol=1e-5, atol=1e-6)
+
+        probe("f32", f"shrinkage_scale_{_s:g}_{'loo' if _loo else 'mean'}")(_p)
+
+
+@probe("f32", "shrinkage_offset_near_float32_max")
+def _():
+    # r = 3e38 + R8·1e37 (all finite): c as for R8 (it is shift- and scale-free), no NaN.
+    x = (np.float64(3e38) + R8 * 1e37).astype(np.float32)
+    out = credax.shrinkage_baseline(x, IDS8)
+    np.testing.assert_allclose(out.shrinkage, 0.25, rtol=1e-4)
+    assert np.isfinite(np.asarray(out.baseline)).all()
+
+
+@probe("f32", "shrinkage_nan_valid_reward_poisons_every_row")
+def _():
+    # A NaN reward at a valid row is in the grand mean and the pooled variance of every prompt:
+    # NaN at every valid row (before: silently left out, with its row still counted in n_p).
+    x = R8.astype(np.float32).copy()
+    x[3] = np.nan
+    out = credax.shrinkage_baseline(x, IDS8)
+    assert np.isnan(np.asarray(out.baseline)).all() and np.isnan(float(out.grand_mean))
+    m = np.ones(8, bool)
+    m[3] = False  # masked: absent, the others finite
+    assert np.isfinite(np.asarray(credax.shrinkage_baseline(x, IDS8, m).baseline)).all()
+
+
+@probe("f32", "shrinkage_mixed_magnitudes")
+def _():
+    # One prompt at 1e30, the others 0/1: spread ~ 1e60 in float32 used to overflow. With
+    # μ = (1e30, .5, 0, .5), μ̄ ≈ 2.5e29, Σ(μ - μ̄)² ≈ .75e60, σ² = (0 + .5 + 0 + .5)/4 = .25:
+    # c = (4 - 3)(.25/2)/.75e60 ≈ 1.7e-61 -> 0 in float32: the baselines are the prompt means.
+    x = R8.astype(np.float32).copy()
+    x[:2] = 1e30
+    out = credax.shrinkage_baseline(x, IDS8)
+    np.testing.assert_allclose(out.shrinkage, 0.0, atol=1e-30)
+    np.testing.assert_allclose(out.baseline, [1e30, 1e30, 0.5, 0.5, 0, 0, 0.5, 0.5], rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

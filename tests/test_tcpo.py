@@ -4,6 +4,10 @@ Randomized comparisons run in float64 (``jax.enable_x64``): the z-score of step 
 float32 rounding difference between two credits that are equal in exact arithmetic by up to
 ``1/eps``, which is a property of normalisation, not a bug; in float64 both sides agree to 1e-9.
 Float32 agreement is checked on the golden cases.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from hypothesis import strategies as st
 
 import credax
 from credax.testing import turn_batches
+from tests.probes import IDS4, M43, ROWS01, S4, S4_CLEAN, Probes, nan_exactly, raises, same_where
 from tests.reference import tcpo as ref
 
 # The option sweeps still cover the deprecated center=False and singleton="center" (their results
@@ -558,15 +563,6 @@ def test_padding_turns_and_rows_changes_nothing():
         np.testing.assert_array_equal(np.asarray(b)[:3, :3], a)
 
 
-def test_row_permutation_equivariance():
-    s, mask = rows([0, 0.35, 1], [0, 0], [1 / 3, 0.95, 0.95], [0, 1], [0.5])
-    ids = np.array([5, 5, -1, 5, -1])
-    perm = np.array([3, 0, 4, 2, 1])
-    a = credax.tcpo_advantages(s, mask, ids).advantages
-    b = credax.tcpo_advantages(s[perm], mask[perm], ids[perm]).advantages
-    np.testing.assert_allclose(np.asarray(a)[perm], b, atol=1e-6)
-
-
 def test_jit_equals_eager():
     s, mask = rows([0, 0.35, 1, 1, 0.95], [0, 0, 0.5], [1 / 3], [0, 0, 0, 0])
     ids = np.array([1, 1, 2, 1])
@@ -636,36 +632,6 @@ def test_gradients_finite_and_match_finite_differences():
             assert abs(central(i, 1e-6) - float(grads[i])) < 1e-4, i
 
 
-def test_compiles_once_for_new_hyperparameters_and_batches(traced_once):
-    b, k = 7, 5
-    rng = np.random.default_rng(2)
-    fn = traced_once(credax.tcpo_advantages)  # its body traced more than once raises
-    for i in range(4):
-        s = rng.choice(np.array(VALUES, np.float32), size=(b, k))
-        mask = np.arange(k)[None, :] < rng.integers(1, k + 1, size=(b, 1))
-        ids = rng.integers(-3, 3, size=b).astype(np.int32)
-        # a schedule: every numeric hyperparameter changes at every step
-        hyper = {name: jnp.float32(v) for name, v in dict(
-            success_threshold=1.0 - 0.05 * i, progress_weight=1.0 + i,
-            preservation_weight=0.1 * i, regression_weight=0.5 + i,
-            hindsight_weight=1.0 / (i + 1), counterfactual_weight=2.0 - i, initial=0.01 * i,
-            gamma=1.0 - 0.1 * i, eps=10.0 ** (-6 - i)).items()}
-        hyper["normalization"] = credax.Normalization(eps=hyper.pop("eps"))
-        fn(s, mask, ids, **hyper)
-        # a Groups computed once hits the same program as raw ids
-        fn(s, mask, credax.groups(ids), **hyper)
-    for other, call in [
-        (credax.retrospective_credit, lambda f, v: f(
-            s, mask, success_threshold=v, progress_weight=v, preservation_weight=v,
-            regression_weight=v, initial=v)),
-        (credax.hindsight_credit, lambda f, v: f(s, mask, ids, success_threshold=v, initial=v)),
-        (credax.adjacent_delta_credit, lambda f, v: f(s, mask, initial=v)),
-    ]:
-        f = traced_once(other)
-        for v in (0.1, 0.7, 1.0):
-            call(f, jnp.float32(v))
-
-
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_low_precision_in_float32_and_cast_back(dtype):
     s, mask = rows([0, 0.35, 1], [0, 0], [0.5])
@@ -729,3 +695,89 @@ S, M = f32([[0.0, 1.0]]), np.ones((1, 2), bool)
 def test_errors_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("nonfinite", "tcpo")
+def _():
+    out = credax.tcpo_advantages(S4, M43, IDS4)
+    assert np.isnan(out.advantages[0, 1]) and np.isnan(out.credit[0, 1])
+    same_where(out.advantages, credax.tcpo_advantages(S4_CLEAN, M43, IDS4).advantages, ~ROWS01)
+
+
+@probe("nonfinite", "retrospective")
+def _():
+    out = credax.retrospective_credit(S4, M43)
+    # the NaN turn and every later turn of its row (their best prior includes it) are NaN
+    nan_exactly(out.credit, [[False, True, True]] + [[False] * 3] * 3)
+
+
+@probe("nonfinite", "hindsight")
+def _():
+    out = credax.hindsight_credit(S4, M43, IDS4)
+    assert np.isnan(out.credit[0, 1])  # its own credit is NaN, not the 0 of an ineligible turn
+    same_where(out.credit, credax.hindsight_credit(S4_CLEAN, M43, IDS4).credit, ~ROWS01)
+
+
+@probe("nonfinite", "counterfactual_alternative")
+def _():
+    alt = np.array([[[0.0, NAN], [1.0, 0.0]]], np.float32)
+    c = credax.counterfactual_credit(np.array([[1.0, 1.0]], np.float32), alt, np.ones((1, 2, 2), bool))
+    nan_exactly(c.credit, [[True, False]])
+    assert float(c.credit[0, 1]) == 0.5  # 1 - mean(1, 0)
+
+
+@probe("nonfinite", "counterfactual_masked_alternative")
+def _():
+    alt = np.array([[[0.0, NAN]]], np.float32)
+    c = credax.counterfactual_credit(np.array([[1.0]], np.float32), alt, np.array([[[True, False]]]))
+    assert float(c.credit[0, 0]) == 1.0
+
+
+@probe("nonfinite", "raw_and_adjacent")
+def _():
+    s = np.array([[0.0, NAN, 1.0, 0.5]], np.float32)
+    m = np.ones((1, 4), bool)
+    nan_exactly(credax.raw_score_credit(s, m), [[False, True, False, False]])
+    # s_k - s_{k-1}: the NaN turn and the next one
+    nan_exactly(credax.adjacent_delta_credit(s, m), [[False, True, True, False]])
+
+
+@probe("contract", "select_nan_ranks_below_neg_inf")
+def _():
+    # NaN first in flat order, -inf second: with budget 1 the -inf is picked (NaN ranks last).
+    out = credax.select_top_surprisal(np.array([[NAN, -INF, NAN]], np.float32), np.ones((1, 3), bool),
+                                      budget=1)
+    assert out.tolist() == [[False, True, False]]
+    out = credax.select_top_surprisal(np.array([[NAN, -INF, 0.5]], np.float32), np.ones((1, 3), bool),
+                                      budget=2)
+    assert out.tolist() == [[False, True, True]]
+
+
+R4 = np.array([1.0, 0.0, 0.5, 0.5], np.float32)
+S22 = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [1.0, 1.0]], np.float32)
+TM22 = np.ones((4, 2), bool)
+
+
+@probe("f32", "turn_scores_beyond_float32")
+def _():
+    s = S22.astype(np.float64)
+    s[1, 1] = -2e38 * 2
+    raises(ValueError, r"`scores` holds -4e\+38 at index \(1, 1\)", credax.tcpo_advantages, s,
+           TM22, IDS4)
+    raises(ValueError, r"`turn_rewards` holds -4e\+38", credax.mt_grpo_advantages, s, R4, TM22,
+           IDS4)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

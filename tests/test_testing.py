@@ -4,6 +4,10 @@ Each buggy function below is a mistake peers actually made (user-issues numbers 
 A test asserts that the checker raises an ``AssertionError`` naming its invariant; the matching
 correct function must pass, so no checker is a test that cannot fail or cannot pass. The
 strategies are tested for the structure they promise and for reaching each edge case.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 import pathlib
@@ -19,6 +23,7 @@ from hypothesis import Phase, find, given, settings
 
 import credax
 import credax.testing as ct
+from tests.probes import Probes
 
 # Small budgets: a planted bug is found within a few examples. Shrinking reruns the function
 # hundreds of times, so detection tests pass shrink=False; the tests of the message shrink.
@@ -615,3 +620,77 @@ def test_turn_batch_optional_fields_survive_the_perturbations():
     assert b.map(np.asarray).alt_scores is None
     np.testing.assert_array_equal(b.map(lambda f: np.asarray(f)[::-1]).anchors, b.anchors[::-1])
     assert "TurnBatch B=4 K=3 T=6" in repr(b)
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("named", "describe_batch_empty")
+def _():
+    from credax.testing import TurnBatch, describe_batch
+
+    b = TurnBatch(np.zeros((0, 2), np.float32), np.zeros((0, 2), bool), np.zeros((0,), np.int32),
+                  np.zeros((0,), np.float32), np.zeros((0, 2), np.int32), np.zeros((0, 3), np.int32))
+    assert describe_batch(b).splitlines()[0] == "TurnBatch B=0 K=2 T=3"
+
+
+@probe("contract", "token_layouts_gap_mask")
+def _():
+    hypothesis = pytest.importorskip("hypothesis")
+    from credax.testing import token_layouts
+
+    mask = np.array([[False, True, True], [True, False, True]])
+    seen = []
+
+    @hypothesis.settings(max_examples=20, database=None)
+    @hypothesis.given(token_layouts(mask, num_tokens=9))
+    def check(tt):
+        seen.append(tt)
+        for b in range(2):
+            labels = set(tt[b][tt[b] >= 0].tolist())
+            assert labels == set(np.flatnonzero(mask[b]).tolist())  # never a padded turn
+
+    check()
+    assert seen
+
+
+def _float32_ids_grpo(rewards, group_ids, mask):
+    """Dr. GRPO with ids compared in float32: ids that differ below float32's resolution merge."""
+    ids = jnp.asarray(group_ids).astype(jnp.float32)
+    same = (ids[:, None] == ids[None, :]) & mask[None, :] & mask[:, None]
+    n = same.sum(axis=1).astype(rewards.dtype)
+    total = jnp.where(same, rewards[None, :], jnp.zeros((), rewards.dtype)).sum(axis=1)
+    mean = total / jnp.maximum(n, jnp.ones((), rewards.dtype))
+    return jnp.where(mask, rewards - mean, jnp.zeros((), rewards.dtype))
+
+
+def _adapter(fn):
+    return lambda b: fn(b.rewards, b.group_ids, b.row_mask)
+
+
+@probe("testing", "group_isolation_catches_float32_ids")
+def _():
+    import credax.testing as ctest
+
+    with pytest.raises(AssertionError, match="group isolation violated"):
+        ctest.check_group_isolation(_float32_ids_grpo, adapter=_adapter, max_examples=50,
+                                    shrink=False)
+
+
+@probe("testing", "group_isolation_passes_exact_ids")
+def _():
+    import credax.testing as ctest
+
+    ctest.check_group_isolation(credax.grpo_advantages, adapter=_adapter, max_examples=30)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

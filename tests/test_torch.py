@@ -3,6 +3,10 @@
 The bridge adds no math, so most expected values are credax's own on the same data as NumPy
 (the math itself is tested against NumPy references elsewhere); the 64-bit id, mutation and
 stride cases have hand-worked expectations.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 import pathlib
@@ -15,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from tests.probes import Probes, raises
 
 torch = pytest.importorskip("torch")
 
@@ -290,3 +296,118 @@ def test_bridge_benchmark_smoke(tmp_path, capsys):
         assert {"bridge_int64", "bridge_groups", "credax_jit"} <= set(case["results"])
         assert "bridge_int64/credax_jit" in case["ratios"]
     assert "bridge_int64 / credax_jit" in capsys.readouterr().out
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+R4 = np.array([1.0, 0.0, 0.5, 0.5], np.float32)
+cv = None
+
+
+def _verl():
+    global cv
+    if cv is None:
+        pytest.importorskip("torch")
+        pytest.importorskip("verl")
+        import credax.verl as module
+        cv = module
+    return cv
+
+
+def _obj(values):
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _ct():
+    pytest.importorskip("torch")
+    import credax.torch as ct
+    return ct
+
+
+for _dt, _vals in (("uint8", [200, 200, 7, 7]), ("uint16", [60000, 60000, 7, 7]),
+                   ("uint32", [2**32 - 1, 2**32 - 1, 7, 7]), ("uint64", [2**63, 2**63, 7, 7])):
+
+    def _p(dt=_dt, vals=_vals):
+        torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
+        ids = torch.tensor(vals, dtype=getattr(torch, dt))
+        out = _ct().grpo_advantages(torch.tensor(R4), ids)
+        np.testing.assert_allclose(out.numpy(), [0.7071, -0.7071, 0.0, 0.0], atol=1e-4)
+
+    probe("torch", f"unsigned_group_ids_{_dt}")(_p)
+
+
+for _dt in ("uint8", "uint16", "uint32", "uint64"):
+
+    def _p(dt=_dt):
+        # Before: uint32 / uint64 raised NotImplementedError ("aminmax_cpu" not implemented).
+        torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
+        tt = torch.tensor([[0, 1, 1, 0]], dtype=getattr(torch, dt))
+        out = _ct().broadcast_to_tokens(torch.tensor([[3.0, 4.0]]), tt)
+        assert out.tolist() == [[3.0, 4.0, 4.0, 3.0]]
+
+    probe("torch", f"unsigned_token_turn_{_dt}")(_p)
+
+
+for _dt, _big in (("uint32", 2**32 - 1), ("uint64", 2**64 - 1), ("uint64_top", 2**63)):
+
+    def _p(dt=_dt, big=_big):
+        torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
+        tt = torch.tensor([[0, 1, big]], dtype=getattr(torch, dt.removesuffix("_top")))
+        raises(ValueError, r"`token_turn`.*int32", _ct().broadcast_to_tokens,
+               torch.tensor([[3.0, 4.0]]), tt)
+
+    probe("torch", f"unsigned_token_turn_beyond_int32_{_dt}")(_p)
+
+
+def _meta_calls():
+    torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
+    ct = _ct()
+    meta = torch.empty(4, device="meta")
+    meta_ids = torch.empty(4, dtype=torch.int64, device="meta")
+    return {
+        "rewards": lambda: ct.grpo_advantages(meta, torch.tensor([0, 0, 1, 1])),
+        "group_ids": lambda: ct.grpo_advantages(torch.tensor(R4), meta_ids),
+        "both": lambda: ct.grpo_advantages(meta, meta_ids),
+        "groups": lambda: ct.groups(meta_ids),
+        "to_jax": lambda: ct.to_jax(meta, "rewards"),
+        "dense_ids": lambda: ct.dense_ids(meta_ids, "group_ids"),
+        "turns_from_response_mask": lambda: _verl().turns_from_response_mask(
+            torch.ones(2, 3, device="meta")),
+        "from_verl": lambda: _verl().from_verl(torch.zeros(2, 3, device="meta"),
+                                               torch.ones(2, 3, device="meta"), _obj(["a", "b"])),
+    }
+
+
+for _label in ("rewards", "group_ids", "both", "groups", "to_jax", "dense_ids",
+               "turns_from_response_mask", "from_verl"):
+
+    def _p(label=_label):
+        # Before: "all tensors must be on one device", "Unknown device type meta for Dlpack" or
+        # "Tensor.item() cannot be called on meta tensors".
+        raises(ValueError, r"`\w+` is a meta tensor", _meta_calls()[label])
+
+    probe("torch", f"meta_{_label}")(_p)
+
+
+@probe("torch", "float64_beyond_float32")
+def _():
+    torch = pytest.importorskip("torch")  # skip without the extra, never an ImportError
+    x = torch.tensor([1e39, 0.0, 0.5, 0.5], dtype=torch.float64)
+    raises(ValueError, r"`rewards` holds 1e\+39.*float32", _ct().grpo_advantages, x,
+           torch.tensor([0, 0, 1, 1]))
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

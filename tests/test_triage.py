@@ -3,7 +3,11 @@
 Ground truth: the NumPy loops of ``tests/reference/triage.py`` (randomized comparison in float64),
 hand-worked golden cases, identities (λ = 0 is GRPO broadcast; unlabeled turns get plain A_i; the
 fits recover planted constants), and properties (masked turns never change, padding invariance,
-jit/vmap/grad, compiles once).
+jit/vmap/grad; compile once is tests/test_dogfood.py's).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 import math
@@ -18,6 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import credax
+from credax import Normalization
+from tests.probes import NAN, Probes, nan_exactly, raises
 from tests.reference import triage as ref
 
 C = np.array([1.0, 0.5, -0.1, -0.5])
@@ -443,7 +449,7 @@ def test_parse_roles_shapes_and_errors():
 
 
 # ------------------------------------------------------------------------------------------
-# Trace-time checks, dtypes, jit / vmap / grad, compiles once.
+# Trace-time checks, dtypes, jit / vmap / grad.
 # ------------------------------------------------------------------------------------------
 
 
@@ -556,37 +562,6 @@ def test_grad_matches_hand_derivatives():
     assert np.all(np.isfinite(np.asarray(g_mix)))
 
 
-def test_compiles_once(traced_once):
-    rng = np.random.default_rng(5)
-    shape = (9, 7)
-    mask = np.arange(7)[None, :] < rng.integers(0, 8, size=(9, 1))
-
-    def batch():
-        return (jnp.asarray(rng.normal(size=9), jnp.float32),
-                jnp.asarray(rng.integers(-1, 4, size=shape), jnp.int32))
-
-    cases = [
-        (credax.triage_advantages, lambda a, r, i: (a, r, mask), lambda i: {"lam": 0.1 * i}),
-        (credax.triage_advantages, lambda a, r, i: (a, r, mask),
-         lambda i: {"lam": 0.1 * i, "constants": jnp.asarray(C * i, jnp.float32),
-                    "whiten": True, "normalization": credax.Normalization(ddof=0, eps=1e-8 * i)}),
-        (credax.fit_role_constants, lambda a, r, i: (a[:, None] * jnp.ones(shape), r, mask),
-         lambda i: {}),
-        (credax.optimal_mixing_weight, lambda a, r, i: (a[:, None] * jnp.ones(shape), r, mask),
-         lambda i: {"constants": jnp.asarray(C + i, jnp.float32)}),
-        (credax.role_credit, lambda a, r, i: (r, mask),
-         lambda i: {"constants": jnp.asarray(C * i, jnp.float32)}),
-        (credax.scalar_process_advantages, lambda a, r, i: (a, a[:, None] * jnp.ones(shape), mask),
-         lambda i: {"lam": 0.5 * i}),
-        (credax.judge_windows, lambda a, r, i: (jnp.asarray(mask),), lambda i: {"before": 2}),
-    ]
-    for public, args, kwargs in cases:
-        fn = traced_once(public)  # its body traced more than once raises AssertionError
-        for i in range(1, 4):
-            a, r = batch()
-            jax.block_until_ready(fn(*args(a, r, i), **kwargs(i)))
-
-
 # ------------------------------------------------------------------------------------------
 # The README example.
 # ------------------------------------------------------------------------------------------
@@ -614,3 +589,78 @@ def test_conflict_example(capsys):
     # The TRIAGE guide shows this table verbatim: it must be what the script prints today.
     guide = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guides" / "triage.md"
     assert printed in guide.read_text(), "docs/guides/triage.md's GRPO vs TRIAGE table is stale"
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("nonfinite", "triage")
+def _():
+    roles = np.zeros((2, 2), np.int32)
+    mask = np.array([[True, False], [True, True]])
+    a = np.array([NAN, 1.0], np.float32)
+    nan_exactly(credax.triage_advantages(a, roles, mask), [[True, False], [False, False]])
+    # whitening takes one statistic over every valid turn: all valid turns are NaN
+    nan_exactly(credax.triage_advantages(a, roles, mask, whiten=True), [[True, False], [True, True]])
+    c = np.array([NAN, 0.5, -0.1, -0.5], np.float32)
+    nan_exactly(credax.role_credit(np.array([[0, 1, -1]]), np.ones((1, 3), bool), constants=c),
+                [[True, False, False]])
+    p = np.array([[NAN, 1.0], [0.0, NAN]], np.float32)
+    nan_exactly(credax.scalar_process_advantages(np.ones(2, np.float32), p, mask, lam=0.5),
+                [[True, False], [False, True]])
+
+
+@probe("nonfinite", "role_fitting")
+def _():
+    d = np.array([[NAN, 1.0, 2.0, 7.0]], np.float32)
+    roles = np.array([[0, 1, 1, -1]])
+    fit = credax.fit_role_constants(d, roles, np.ones((1, 4), bool))
+    nan_exactly(fit.constants, [True, False, False, False])
+    assert fit.constants[1] == 1.5 and fit.counts.tolist() == [1, 2, 0, 0]
+    assert np.isnan(credax.optimal_mixing_weight(d, roles, np.ones((1, 4), bool)))
+
+
+@probe("narrow", "roles_int8")
+def _():
+    c = credax.role_credit(np.array([[0, 3, -1]], np.int8), np.ones((1, 3), bool))
+    np.testing.assert_allclose(c, [[1.0, -0.5, 0.0]])
+
+
+M22 = np.ones((2, 2), bool)
+R2 = np.array([1.0, 0.0], np.float32)
+KINDS = {"python": float, "numpy": np.float32, "jax": jnp.asarray}
+
+
+def unchecked_normalization(eps, **fields):
+    """A Normalization holding ``eps`` that no constructor checked: built by ``tree_unflatten``, as
+    ``jax.tree.map`` or a transformation's output builds one. The estimators check such a value."""
+    return jax.tree_util.tree_map(lambda _: eps, Normalization(**fields))
+
+
+def _triage_whiten(**kw):
+    return credax.triage_advantages(R2, np.zeros((2, 2), np.int32), M22, whiten=True, **kw)
+
+
+for _kind in ("numpy", "jax"):
+
+    def _p(make=KINDS[_kind]):
+        # TRIAGE's whitening eps is the eps of its `normalization=` (whiten_eps was removed): a bad
+        # one is refused when built, or by triage_advantages when it skipped the constructor.
+        raises(ValueError, "`eps`", Normalization, ddof=0, eps=make(-1.0))
+        raises(ValueError, "`eps`", _triage_whiten, normalization=unchecked_normalization(make(-1.0), ddof=0))
+        raises(TypeError, r"unexpected keyword argument 'whiten_eps'.*normalization=credax\.Normalization",
+               _triage_whiten, whiten_eps=make(-1.0))
+
+    probe("hyper", f"whiten_eps_{_kind}")(_p)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

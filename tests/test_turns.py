@@ -4,6 +4,10 @@ broadcast_to_tokens, turn_surprisal (SPEC §3).
 Ground truth: the NumPy loops of ``tests/reference/groups.py``, hand-worked goldens, hypothesis
 properties. Every function must treat masked turns as absent whatever they hold (NaN, inf), also
 for masks that are not prefixes (validate_turns rejects those, the math must not care).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import credax
+from tests.probes import NAN, Probes, nan_exactly
 from tests.reference import groups as ref
 
 GARBAGE = (math.nan, math.inf, -math.inf, 1e30)
@@ -365,26 +370,6 @@ def test_vmap_over_extra_axis_equals_loop(cases):
                                        err_msg=name)
 
 
-def test_compiles_once(traced_once):
-    rng = np.random.default_rng(2)
-    b, k, t = 3, 11, 17
-    mask = np.arange(k)[None, :] < rng.integers(1, k + 1, size=(b, 1))
-    tt = np.where(rng.random((b, t)) < 0.5, rng.integers(0, 2, size=(b, t)), -1).astype(np.int32)
-    calls = {
-        credax.best_prior: lambda f, x, v: f(x, mask, initial=v),
-        credax.future_best: lambda f, x, v: f(x, mask),
-        credax.discounted_returns: lambda f, x, v: f(x, mask, gamma=v),
-        credax.broadcast_to_tokens: lambda f, x, v: f(x, tt),
-        credax.turn_surprisal: lambda f, x, v: f(
-            -np.abs(x[:, :1]) * np.ones((1, t), np.float32), tt, num_turns=k),
-    }
-    for public, call in calls.items():
-        f = traced_once(public)  # its body traced more than once raises AssertionError
-        call(f, rng.random((b, k)).astype(np.float32), 0.5)
-        call(f, rng.random((b, k)).astype(np.float32), 0.9)  # new values and a new γ / initial
-        call(f, rng.random((b, k)).astype(np.float32), 0.0)
-
-
 # --------------------------------------------------------------------------------------------
 # dtypes and argument checks
 # --------------------------------------------------------------------------------------------
@@ -499,3 +484,63 @@ def test_running_max_doubling_equals_sequential(turns, reverse):
     refi = np.maximum.accumulate(xi[:, ::-1] if reverse else xi, axis=1)
     refi = refi[:, ::-1] if reverse else refi
     np.testing.assert_array_equal(running_max(jnp.asarray(xi), reverse=reverse), refi)
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("nonfinite", "turn_scans")
+def _():
+    s = np.array([[0.0, NAN, 1.0, 0.5]], np.float32)
+    m = np.ones((1, 4), bool)
+    nan_exactly(credax.best_prior(s, m), [[False, False, True, True]])  # max over t < k
+    nan_exactly(credax.future_best(s, m), [[True, True, False, False]])  # max over t >= k
+    nan_exactly(credax.discounted_returns(s, m, gamma=0.5), [[True, True, False, False]])
+
+
+@probe("nonfinite", "broadcast_and_surprisal")
+def _():
+    out = credax.broadcast_to_tokens(np.array([[NAN, 2.0]], np.float32), np.array([[0, -1, 1, 0]]))
+    nan_exactly(out, [[True, False, False, True]])
+    lp = np.array([[-1.0, NAN, -2.0, NAN]], np.float32)
+    sur = credax.turn_surprisal(lp, np.array([[0, 1, 1, -1]]), num_turns=3)
+    nan_exactly(sur, [[False, True, False]])  # the NaN at a token of no turn is ignored
+    assert float(sur[0, 0]) == 1.0
+
+
+NARROW = ("int8", "int16", "uint8", "uint16")
+
+
+for _dt in NARROW:
+
+    def _p(dt=_dt):
+        # A narrow turn map whose flat segment b·K + k exceeds the dtype (int8: 1·128 + 127).
+        turn = min(int(np.iinfo(dt).max), 299)
+        tt = np.array([[turn], [turn]], dt)
+        sur = credax.turn_surprisal(np.array([[-2.0], [-3.0]], np.float32), tt, num_turns=turn + 1)
+        assert sur[:, turn].tolist() == [2.0, 3.0] and float(jnp.sum(sur)) == 5.0
+        vals = np.zeros((2, turn + 1), np.float32)
+        vals[:, turn] = 3.0
+        assert credax.broadcast_to_tokens(vals, tt).tolist() == [[3.0], [3.0]]
+
+    probe("narrow", f"token_turn_{_dt}")(_p)
+
+
+
+@probe("ids", "int64_within_int32_is_fine")
+def _():
+    # int64 values that fit pass unchanged: turn 1's value on token 2.
+    out = credax.broadcast_to_tokens(np.array([[3.0, 4.0]], np.float32), np.array([[0, -1, 1]]))
+    np.testing.assert_array_equal(out, [[3.0, 0.0, 4.0]])
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

@@ -1,6 +1,13 @@
-"""Tests of ``validate_turns`` (SPEC §3): every bad input raises the documented error type, naming
-the argument and saying what was expected and what was found; good input (including NaN or
-out-of-range values at padded turns) passes and returns None."""
+"""Tests of the eager validators: ``validate_turns`` (SPEC §3): every bad input raises the documented
+error type, naming the argument and saying what was expected and what was found; good input
+(including NaN or out-of-range values at padded turns) passes and returns None. ``validate_turns``,
+``validate_rewards``, ``validate_alternatives`` and ``validate_roles`` accept the padding rows that
+``pad_rollouts`` adds (``row_mask=`` or the PaddedRollouts itself).
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,8 @@ import numpy as np
 import pytest
 
 import credax
+from credax import Buckets, Rollout, Turn
+from tests.probes import INF, NAN, Probes, raises
 
 SCORES = np.array([[0.0, 0.5, 1.0], [0.35, np.nan, 7.0]], np.float32)  # garbage at padding
 MASK = np.array([[True, True, True], [True, False, False]])
@@ -171,3 +180,166 @@ def test_bfloat16_values_pass_as_they_do_in_the_estimators():
     assert credax.validate_alternatives(jnp.zeros((2, 3, 2), jnp.bfloat16), None, SCORES) is None
     with pytest.raises(ValueError, match=r"`rewards` must be finite at valid rows; rewards\[1\]"):
         credax.validate_rewards(r.at[1].set(jnp.nan), np.array([0, 0, 1]))
+
+
+# ------------------------------------------------------------------------------------------
+# The validators take the padding rows of pad_rollouts (the batch itself, or row_mask=).
+# ------------------------------------------------------------------------------------------
+
+
+def _padded():
+    # 3 rollouts -> Buckets() rounds B up to 4: row 3 is padding (no valid turn).
+    rs = [Rollout("a", [Turn([1, 2], 0.5), Turn([3], 1.0)]), Rollout("a", [Turn([4], 0.0)]),
+          Rollout("b", [Turn([5], 0.25)])]
+    return credax.pad_rollouts(rs, buckets=Buckets())
+
+
+def test_validate_turns_accepts_the_padding_rows_of_pad_rollouts():
+    padded = _padded()
+    b = padded.batch
+    assert b.row_mask.tolist() == [True, True, True, False]
+    # Before: the padding row failed "every row needs at least one valid turn", with no way out.
+    with pytest.raises(ValueError, match="row 3 has none.*row_mask"):
+        credax.validate_turns(b.scores, b.turn_mask, b.groups)
+    assert credax.validate_turns(b.scores, b.turn_mask, b.groups, row_mask=b.row_mask) is None
+    assert credax.validate_turns(b.scores, b.turn_mask, b.group_ids, row_mask=b.row_mask,
+                                 token_turn=b.token_turn) is None
+    assert credax.validate_turns(padded) is None
+    assert credax.validate_turns(b) is None
+
+
+def test_validate_turns_with_row_mask_still_checks_real_rows_and_padding():
+    b = _padded().batch
+    turn_mask = np.asarray(b.turn_mask).copy()
+    turn_mask[1, 0] = False  # a real row without a valid turn
+    with pytest.raises(ValueError, match="row 1 has none"):
+        credax.validate_turns(b.scores, turn_mask, b.groups, row_mask=b.row_mask)
+    turn_mask = np.asarray(b.turn_mask).copy()
+    turn_mask[3, 0] = True  # a padding row claiming a valid turn
+    with pytest.raises(ValueError, match="`turn_mask` must be all false on padding rows.*row 3"):
+        credax.validate_turns(b.scores, turn_mask, b.groups, row_mask=b.row_mask)
+    scores = np.asarray(b.scores).copy()
+    scores[0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"scores\[0, 1\] = nan"):
+        credax.validate_turns(scores, b.turn_mask, b.groups, row_mask=b.row_mask)
+    with pytest.raises(TypeError, match="`row_mask` must be a boolean"):
+        credax.validate_turns(b.scores, b.turn_mask, b.groups, row_mask=np.ones(4))
+    with pytest.raises(ValueError, match="`row_mask` must have shape"):
+        credax.validate_turns(b.scores, b.turn_mask, b.groups, row_mask=np.ones(3, bool))
+
+
+def test_validators_refuse_a_batch_together_with_arrays_and_missing_arrays():
+    padded = _padded()
+    with pytest.raises(TypeError, match="already holds `turn_mask`"):
+        credax.validate_turns(padded, padded.batch.turn_mask)
+    with pytest.raises(TypeError, match="needs `turn_mask`"):
+        credax.validate_turns(padded.batch.scores)
+    with pytest.raises(TypeError, match="already holds `mask`"):
+        credax.validate_rewards(padded, mask=padded.batch.row_mask)
+    with pytest.raises(TypeError, match="needs `group_ids`"):
+        credax.validate_rewards(padded.batch.outcome)
+    with pytest.raises(TypeError, match="already holds `row_mask`"):
+        credax.validate_alternatives(np.zeros((4, 2, 1)), None, padded, row_mask=np.ones(4, bool))
+
+
+def test_validate_rewards_and_alternatives_take_the_padded_batch():
+    padded = _padded()
+    assert credax.validate_rewards(padded) is None
+    # A NaN outcome on a real row is caught through the batch; on the padding row it is ignored.
+    b = padded.batch
+    assert credax.validate_rewards(b._replace(outcome=b.outcome.at[3].set(jnp.nan))) is None
+    with pytest.raises(ValueError, match=r"rewards\[0\] = nan"):
+        credax.validate_rewards(b._replace(outcome=b.outcome.at[0].set(jnp.nan)))
+    # Alternatives: garbage on the padding row (3) and on padded turns is not checked ...
+    alt = np.full((4, 2, 1), 0.5)
+    alt[3] = np.inf            # padding row
+    alt[1, 1] = np.nan         # row 1 has one turn: turn 1 is padding
+    assert credax.validate_alternatives(alt, None, padded) is None
+    assert credax.validate_alternatives(alt[:, :1], None, row_mask=padded.batch.row_mask,
+                                        score_range=None) is None
+    # ... a bad value at a real turn is, and the shape must match the batch's scores.
+    alt[0, 1] = 2.0
+    with pytest.raises(ValueError, match=r"alt_scores\[0, 1, 0\] = 2.0"):
+        credax.validate_alternatives(alt, None, padded)
+    with pytest.raises(ValueError, match=r"\[B, K\] = \(4, 2\)"):
+        credax.validate_alternatives(np.zeros((4, 3, 1)), None, padded)
+
+
+def test_validate_roles_accepts_the_padding_rows_of_pad_rollouts():
+    b = _padded().batch
+    roles = np.where(np.asarray(b.turn_mask), 0, -1)
+    # Before: validate_roles had no row_mask, so pad_rollouts' padding row always failed.
+    with pytest.raises(ValueError, match="row 3 has none"):
+        credax.validate_roles(roles, b.turn_mask)
+    assert credax.validate_roles(roles, b.turn_mask, row_mask=b.row_mask) is None
+    stray = np.asarray(b.turn_mask).copy()
+    stray[3, 0] = True
+    with pytest.raises(ValueError, match="row 3 is padding"):
+        credax.validate_roles(np.zeros_like(roles), stray, row_mask=b.row_mask)
+    with pytest.raises(ValueError, match="row_mask"):
+        credax.validate_roles(roles, b.turn_mask, row_mask=[True, False])
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+@probe("nonfinite", "validate_rewards")
+def _():
+    raises(ValueError, r"`rewards` must be finite at valid rows; rewards\[2\]", credax.validate_rewards,
+           np.array([1.0, 0.0, INF]), np.array([1, 1, 2]))
+    raises(ValueError, r"`rewards` must lie in \[0.0, 1.0\].*reward_range", credax.validate_rewards,
+           np.array([1.0, 2.0]), np.array([1, 1]), reward_range=(0, 1))
+    raises(ValueError, "`reward_range`", credax.validate_rewards, np.array([1.0]), np.array([1]),
+           reward_range=(0, NAN))
+    raises(TypeError, "`mask` must be a boolean", credax.validate_rewards, np.array([1.0]),
+           np.array([1]), np.array([1.0]))
+    raises(ValueError, "`rewards` must be", credax.validate_rewards, np.ones((2, 2, 2)), np.array([1, 1]))
+    raises(ValueError, r"rewards\[1, 0\]", credax.validate_rewards, np.array([[0.0, 1.0], [NAN, 1.0]]),
+           np.array([1, 1]))
+    raises(ValueError, "`group_ids` must have shape", credax.validate_rewards, np.ones(3), np.ones(2, int))
+    raises(TypeError, "`group_ids` must be an integer", credax.validate_rewards, np.ones(2), np.ones(2))
+    raises(TypeError, "traced", jax.jit(lambda r: credax.validate_rewards(r, np.array([0]))), jnp.ones(1))
+    assert credax.validate_rewards(np.array([1.0, NAN]), np.array([4, 4]), np.array([True, False])) is None
+
+
+@probe("nonfinite", "validate_alternatives")
+def _():
+    alt = np.array([[[0.0, 1.0], [0.5, NAN]]])
+    raises(ValueError, r"`alt_scores` must be finite at valid alternatives; alt_scores\[0, 1, 1\]",
+           credax.validate_alternatives, alt)
+    assert credax.validate_alternatives(alt, np.array([[[True, True], [True, False]]])) is None
+    raises(ValueError, r"`alt_scores` must lie in \[0.0, 1.0\]", credax.validate_alternatives,
+           np.array([[[2.0]]]))
+    raises(TypeError, "`alt_mask` must be a boolean", credax.validate_alternatives, alt, np.ones(alt.shape))
+    raises(ValueError, "`alt_mask` must have shape", credax.validate_alternatives, alt,
+           np.ones((1, 2, 3), bool))
+    raises(ValueError, r"`alt_scores` must have shape \[B, K, M\] with \[B, K\] = \(1, 3\)",
+           credax.validate_alternatives, alt, None, np.zeros((1, 3)))
+    raises(ValueError, r"`alt_scores` must be \[B, K, M\] \(ndim 3\)", credax.validate_alternatives,
+           np.zeros((2, 2)))
+
+
+@probe("named", "validate_turns_accepts_groups")
+def _():
+    g = credax.groups(np.array([7, 7, 3]))
+    assert credax.validate_turns(np.zeros((3, 2)), np.ones((3, 2), bool), g) is None
+    raises(ValueError, "`group_ids`", credax.validate_turns, np.zeros((2, 2)), np.ones((2, 2), bool), g)
+
+
+@probe("contract", "validate_turns_nan_range")
+def _():
+    for rng in ((0, NAN), (NAN, 1), (1, 0)):
+        raises(ValueError, "`score_range`", credax.validate_turns, np.array([[5.0]]), np.ones((1, 1), bool),
+               np.array([0]), score_range=rng)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()

@@ -7,6 +7,10 @@ stack; so that function (and its helper ``compute_response_mask``) is compiled f
 installed source file, unchanged, into a namespace holding the few names it uses. Everything it
 calls — ``DataProto``, ``core_algos.compute_grpo_outcome_advantage``, ``get_adv_estimator_fn`` —
 is verl's real code.
+
+Bad input: the probes of this module's functions are the table ``probe`` at the end, run by
+``test_bad_input`` (the rule, in tests/probes.py: a subject's probes in its own test file, a
+sweep of one kind of bad input across many functions in tests/test_bad_input.py).
 """
 
 import ast
@@ -14,6 +18,8 @@ import pathlib
 
 import numpy as np
 import pytest
+
+from tests.probes import NAN, Probes, raises
 
 torch = pytest.importorskip("torch")
 verl = pytest.importorskip("verl")
@@ -294,3 +300,163 @@ def test_register_a_variant_and_verls_duplicate_rule():
     # row 0: Δ = (.5, .5), hindsight 0 (not eligible); times γ^k = (1, .5) -> (.5, .25).
     # row 1: scores 0, 0: eligible stalls, future best 0 = peer (row 0 is not eligible) -> 0.
     assert adv.tolist() == [[0.5, 0.0, 0.25], [0.0, 0.0, 0.0]]
+
+
+# ============================================================================================
+# Bad input: this module's probes (tests/probes.py), by kind of bad input.
+# ============================================================================================
+
+probe = Probes()
+
+
+def _verl():
+    return cv  # credax.verl (imported above, after torch and verl)
+
+
+def _uids(values):
+    return _verl().uid_to_group_ids(values).tolist()
+
+
+def _obj(values):
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+_nan = float("nan")
+
+
+NAN_UIDS = {
+    "same_object": _obj([_nan, _nan, "b"]),
+    "distinct_objects": _obj([float("nan"), float("nan"), "b"]),
+    "float_array": np.array([np.nan, np.nan, 1.0]),
+    "numpy_nan": _obj([np.float32("nan"), "a", "a"]),
+    "nan_in_tuple": [(1, _nan), (1, _nan), (2, 0)],
+    "nan_deep_in_tuple": [("a", (1, float("nan"))), ("a", (1, 2.0)), "b"],
+}
+
+
+for _label, _values in NAN_UIDS.items():
+
+    def _p(values=_values):
+        # Before: the same NaN object merged rows, distinct ones split them (NaN != NaN).
+        raises(ValueError, r"`index`.*row \d.*NaN", _uids, values)
+
+    probe("ids", f"verl_nan_uid_{_label}")(_p)
+
+
+# (uids, dense ids by type and value: 1, 1.0, True and "1" are four prompts; NumPy scalars count
+# as the Python values they hold; tuples compare element by element the same way).
+EXACT_UIDS = {
+    "bool_int_float_str": (_obj([True, 1, 1.0, "1", 1]), [0, 1, 2, 3, 1]),
+    "numpy_int_is_int": (_obj([np.int64(5), 5, np.uint8(5)]), [0, 0, 0]),
+    "numpy_str_is_str": (_obj([np.str_("a"), "a"]), [0, 0]),
+    "numpy_bool_is_bool": (_obj([np.bool_(True), True, 1]), [0, 0, 1]),
+    "numpy_float_is_float": (_obj([np.float64(0.5), 0.5, np.float32(0.5)]), [0, 0, 0]),
+    "bytes_vs_str": (_obj([b"a", "a"]), [0, 1]),
+    "tuple_list_is_1d": ([(1, "a"), (1, "a"), (2, "a")], [0, 0, 1]),
+    "tuple_mixed_numeric": ([(1, "a"), (1.0, "a"), (True, "a"), (np.int64(1), "a")], [0, 1, 2, 0]),
+    "nested_tuples": ([(1, (2, 3)), (1, (2.0, 3)), (1, (2, 3))], [0, 1, 0]),
+    "huge_ints": (_obj([2**70, 2**70 + 1, 2**70]), [0, 1, 0]),
+    "negative_zero": (_obj([0.0, -0.0]), [0, 0]),
+}
+
+
+for _label, (_values, _want) in EXACT_UIDS.items():
+
+    def _p(values=_values, want=_want):
+        assert _uids(values) == want
+
+    probe("ids", f"verl_uid_exact_{_label}")(_p)
+
+
+@probe("ids", "verl_uid_unhashable_named")
+def _():
+    raises(TypeError, r"`index` row 1.*hashable", _uids, _obj(["a", ["b"], "a"]))
+
+
+@probe("ids", "verl_uid_string_not_a_sequence")
+def _():
+    raises(TypeError, r"`index`.*string", _uids, "aabb")
+
+
+def _verl_batch():
+    torch = pytest.importorskip("torch")
+    rm = torch.tensor([[1, 1, 0, 1], [1, 0, 1, 1]])
+    tlr = torch.zeros(2, 4)
+    tlr[:, -1] = torch.tensor([1.0, 0.0])
+    return tlr, rm, _obj(["a", "a"])
+
+
+NON_TENSOR_FAILS = {
+    "roles_row_string": ({"turn_roles": ["DE", ["D", "E"]]}, TypeError,
+                         r"non_tensor_batch\['turn_roles'\] row 0.*string"),
+    "roles_field_string": ({"turn_roles": "DE"}, TypeError, r"non_tensor_batch\['turn_roles'\]"),
+    "scores_row_string": ({"turn_scores": ["01", [0.0, 1.0]]}, TypeError,
+                          r"non_tensor_batch\['turn_scores'\] row 0.*string"),
+    "scores_row_scalar": ({"turn_scores": [0.5, 0.5]}, TypeError,
+                          r"non_tensor_batch\['turn_scores'\] row 0"),
+    "scores_beyond_float32": ({"turn_scores": [[1e39, 0.0], [0.0, 0.0]]}, ValueError,
+                              r"non_tensor_batch\['turn_scores'\] row 0, turn 0.*1e\+39"),
+    "scores_nan": ({"turn_scores": [[0.0, 0.0], [0.0, NAN]]}, ValueError,
+                   r"non_tensor_batch\['turn_scores'\] row 1, turn 1.*nan"),
+    "scores_not_numbers": ({"turn_scores": [["a", 0.0], [0.0, 1.0]]}, TypeError,
+                           r"non_tensor_batch\['turn_scores'\] row 0, turn 0"),
+    "anchors_nan": ({"anchor_ids": [[_nan, 1], [_nan, 1]]}, ValueError,
+                    r"non_tensor_batch\['anchor_ids'\] row 0, turn 0.*NaN"),
+    "anchors_unhashable": ({"anchor_ids": [[[1], 1], [2, 1]]}, TypeError,
+                           r"non_tensor_batch\['anchor_ids'\] row 0, turn 0.*hashable"),
+    "anchors_row_string": ({"anchor_ids": ["ab", [1, 2]]}, TypeError,
+                           r"non_tensor_batch\['anchor_ids'\] row 0.*string"),
+}
+
+
+for _label, (_extra, _exc, _match) in NON_TENSOR_FAILS.items():
+
+    def _p(extra=_extra, exc=_exc, match=_match):
+        tlr, rm, uid = _verl_batch()
+        raises(exc, match, _verl().from_verl, tlr, rm, uid, extra)
+
+    probe("ids", f"verl_{_label}")(_p)
+
+
+@probe("ids", "verl_anchors_exact_by_type")
+def _():
+    # True, 1 and 1.0 are three states (as pad_rollouts compares anchors); np.int64(1) is 1.
+    tlr, rm, uid = _verl_batch()
+    out = _verl().from_verl(tlr, rm, uid, {"anchor_ids": [[True, 1], [1.0, np.int64(1)]]})
+    assert out.anchor_ids.tolist() == [[0, 1], [2, 1]]
+
+
+@probe("ids", "verl_num_turns_checked")
+def _():
+    torch = pytest.importorskip("torch")
+    for bad, exc in ((0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)):
+        raises(exc, "`num_turns`", _verl().turns_from_response_mask, torch.ones(1, 3),
+               num_turns=bad)
+        raises(exc, "`num_turns`", _verl().make_estimator, "grpo", num_turns=bad)
+
+
+@probe("ids", "verl_nan_uid_in_estimator")
+def _():
+    # The registered estimator refuses it too (before: two NaN rows of one object merged and got
+    # ±0.7071).
+    tlr, rm, _ = _verl_batch()
+    raises(ValueError, "NaN", _verl().ESTIMATORS["credax_grpo"], token_level_rewards=tlr,
+           response_mask=rm, index=_obj([_nan, _nan]))
+
+
+@probe("ids", "verl_response_mask_int8")
+def _():
+    torch = pytest.importorskip("torch")
+    tt, tm = _verl().turns_from_response_mask(torch.tensor([[1, 1, 0, 1]], dtype=torch.int8))
+    assert tt.tolist() == [[0, 0, -1, 1]] and tm.tolist() == [[True, True]]
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(probe))
+def test_bad_input(name):
+    probe[name]()
