@@ -404,19 +404,29 @@ _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 _NONE = type(None)
 
 
+# ``Groups`` and the options values, registered by the modules that define them
+# (:func:`register_type`): they import this module, so importing them here would be a cycle.
+_REGISTERED: dict[str, type] = {}
+
+
+def register_type(role: str, cls: type) -> type:
+    """Make ``cls`` known to the common call as ``role`` (``"groups"``, or the keyword an options
+    value is given as: ``"normalization"``, ``"options"``)."""
+    _REGISTERED[role] = cls
+    return cls
+
+
 @functools.cache
 def _known_types() -> tuple[type, type, dict[str, type]]:
     """The concrete JAX array type (tracers are other types: they take the full path), the
     ``Groups`` type and the options values by the argument that takes them. Read at the first
-    call of an entry: importing credax starts no JAX backend, and these modules import this one."""
-    from ._group_ids import Groups
-    from ._loss_options import LossOptions
-    from ._normalization import Normalization
-
+    call of an entry: importing credax starts no JAX backend, and ``import credax`` has imported
+    (and so registered) every type by then."""
     with jax.ensure_compile_time_eval():  # concrete even when the first call is inside a trace
         array = type(jax.numpy.zeros(()))
     assert not issubclass(array, jax.core.Tracer)
-    return array, Groups, {"normalization": Normalization, "options": LossOptions}
+    options = {k: v for k, v in _REGISTERED.items() if k != "groups"}
+    return array, _REGISTERED["groups"], options
 
 
 def _admit(a: ArgumentPlan) -> dict[type, int]:

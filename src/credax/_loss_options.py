@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._api import concrete_float
+from ._api import concrete_float, register_type
 
 AGG_MODES = (
     "token-mean",
@@ -290,6 +290,9 @@ class LossOptions:
         _set(out, dict(zip(NUMERIC_KEYS + STATIC_KEYS, (*children, *static), strict=True)),
              checked=False)
         return out
+
+
+register_type("options", LossOptions)
 
 
 def _set(options: LossOptions, values: dict, *, checked: bool) -> None:

@@ -212,6 +212,9 @@ class Normalization:
         return _set(object.__new__(cls), values, checked=False)
 
 
+_api.register_type("normalization", Normalization)
+
+
 def _set(norm: Normalization, values: tuple, *, checked: bool) -> Normalization:
     """Write the fields of ``norm`` (in ``NORMALIZE_KEYS`` order); ``checked``: they passed
     :func:`_checked_fields`, so :func:`as_normalization` trusts them."""
