@@ -10,7 +10,6 @@ prompt's other rollouts.
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
@@ -32,7 +31,7 @@ def _check_args(arguments) -> None:
         return  # absent, traced, or a shape / dtype the body names
     stray = r & ~m
     if stray.any():
-        b, k = (int(i) for i in np.argwhere(stray)[0])
+        b, k = _checks.first_index(stray)
         raise ValueError(f"`reaction_mask` must be false on padded turns (`turn_mask` false); "
                          f"row {b} has a reaction at padded turn {k} ({int(stray.sum())} such "
                          "turns).")
