@@ -57,14 +57,17 @@ def traced_once():
 # ``make test`` deals whole files to the two xdist workers (``--dist loadfile``) in collection order
 # (``--no-loadscope-reorder``; xdist's default deals the files with the most tests first, which put
 # the 7-test, 130-CPU-second test_lab_tiny near the end). Dealing the longest files first keeps one
-# long file from running alone at the end while the other worker idles. The order: CPU seconds per
-# file (a full run on a loaded 2-core machine, 2026-12-01, less what this session's test changes
-# saved, longest first); files not listed keep their order after these.
-SLOW_FIRST = ("test_dogfood", "test_groups", "test_lab_tiny", "test_notebooks", "test_multidevice",
-              "test_tcpo", "test_bench_quick", "test_docs", "test_torch", "test_losses", "test_hgpo",
-              "test_nnx", "test_outcome", "test_normalization", "test_lab", "test_rollouts",
-              "test_wheel", "test_gigpo", "test_explain", "test_mt_grpo", "test_layout",
-              "test_testing", "test_triage", "test_shape_contract", "test_turns")
+# long file from running alone at the end while the other worker idles. The order: the files of
+# 10 s or more, longest first, by their tests' summed time in a full `make test` (quiet 2-core
+# machine, 2026-12-07, with the suite's XLA flags of the repository-root conftest.py); files not
+# listed keep their order after these.
+SLOW_FIRST = ("test_dogfood", "test_lab_tiny", "test_bench_quick", "test_multidevice", "test_hgpo",
+              "test_notebooks", "test_docs", "test_wheel", "test_groups", "test_tunix",
+              "test_losses", "test_tcpo", "test_explain", "test_streaming", "test_outcome",
+              "test_lab_ci", "test_reproducibility", "test_normalization",
+              "test_policy_loss_from_hidden", "test_lab", "test_testing", "test_nnx",
+              "test_explain_page", "test_torch", "test_shape_contract", "test_rollouts",
+              "test_bad_input", "test_turns", "test_gigpo", "test_lab_onestep")
 
 
 def pytest_collection_modifyitems(config, items):

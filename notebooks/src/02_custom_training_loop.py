@@ -29,7 +29,9 @@ import os
 import pathlib
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"  # before importing jax
+# before importing jax; added to any XLA_FLAGS already set, which keep applying
+os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                                 "--xla_force_host_platform_device_count=8"]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The toy task lives in the repository's benchmarks package: put the repository on the path.
 ROOT = next(p for p in [pathlib.Path.cwd(), *pathlib.Path.cwd().parents]
