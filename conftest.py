@@ -1,6 +1,6 @@
-"""Repository-root pytest configuration: the suite's XLA code-generation flags, and optional-dependency
-modules collected only where their dependency is installed (``make test`` installs torch and verl,
-so CI collects both)."""
+"""Repository-root pytest configuration: the suite's XLA code-generation flags, and the modules of
+optional extras collected (as doctests) only where their dependency is installed (``make test``
+installs torch, verl and tunix, so CI collects them all)."""
 
 import importlib.util
 import os
@@ -28,8 +28,9 @@ _flags = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = " ".join(filter(None, [_flags] + [
     flag for flag in SUITE_XLA_FLAGS if flag.split("=")[0] not in _flags]))
 
-collect_ignore = [
-    path
-    for path, dependency in (("src/credax/torch.py", "torch"), ("src/credax/verl.py", "verl"))
-    if importlib.util.find_spec(dependency) is None
-]
+# The package's modules that import an optional extra at module level, and the module that extra
+# provides (tests/test_dependencies.py checks this list against the package's optional modules).
+OPTIONAL_MODULES = (("src/credax/torch.py", "torch"), ("src/credax/verl.py", "verl"),
+                    ("src/credax/tunix.py", "tunix"), ("src/credax/_tunix_tiny.py", "tunix"))
+collect_ignore = [path for path, dependency in OPTIONAL_MODULES
+                  if importlib.util.find_spec(dependency) is None]

@@ -128,8 +128,10 @@ def test_lm_head_case_checks_values_and_gradients_then_reports_floor_and_memory(
     assert mem["credax_chunked"]["temp_chunks"] < mem["naive_jax"]["temp_chunks"]
     assert mem["credax_nnx"]["temp_bytes"] > 0 and mem["credax_nnx_fused"]["temp_bytes"] > 0
     assert mem["credax_fused"]["temp_chunks"] < mem["naive_jax"]["temp_chunks"]
-    assert {"credax_chunked/matmul_floor", "credax_fused/matmul_floor",
-            "torch_chunked/credax_fused"} <= set(rec["ratios"])
+    ratios = {"credax_chunked/matmul_floor", "credax_fused/matmul_floor"}
+    if data["meta"]["machine"]["torch"]:
+        ratios.add("torch_chunked/credax_fused")
+    assert ratios <= set(rec["ratios"])
     md = (quick_run[0] / "speed-cpu.md").read_text()
     assert "LM head" in md and "GFLOP/s measured in this run" in md
 

@@ -7,6 +7,7 @@ from an installed environment, so the test holds for a fresh clone.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import pathlib
 import re
 import subprocess
@@ -86,6 +87,22 @@ def test_each_optional_module_has_its_extra():
                 needed -= {"verl"}
             assert needed <= _requirement_names(extras[OPTIONAL[module]]), path
     assert _requirement_names(extras["testing"]) == {"hypothesis"}
+
+
+def test_optional_modules_are_left_out_of_collection_without_their_extra():
+    # `make test` collects the package's doctests (--doctest-modules); without an extra, its
+    # modules cannot be imported and must not be collected (the repository-root conftest.py's
+    # collect_ignore), else the suite errors instead of skipping them. `credax.testing` needs
+    # only hypothesis, which the dev extra (the suite's own) holds.
+    spec = importlib.util.spec_from_file_location("_root_conftest", ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+    listed = {pathlib.Path(path).stem: module for path, module in root.OPTIONAL_MODULES}
+    assert set(listed) == {m for m, extra in OPTIONAL.items() if extra != "testing"}
+    for module, provided in listed.items():
+        extra = _requirement_names(_project()["optional-dependencies"][OPTIONAL[module]])
+        # verl itself is installed with --no-deps, beside its extra (see pyproject.toml)
+        assert provided in extra | ({"verl"} if module == "verl" else set()), module
 
 
 def test_nnx_extra_and_demo_extra():

@@ -56,6 +56,9 @@ def _load(name):
 # needs (skipped without it): Tunix trains in threads of its own, where the suite's strict dtype
 # promotion would apply (`jax.numpy_dtype_promotion("standard")` is thread-local).
 FRESH = {"docs/guides/tunix.md": "tunix"}
+# Every page whose blocks need an optional extra, and the module it provides: skipped without it
+# (`make test` installs every extra, so CI runs them all).
+NEEDS = {**FRESH, "docs/guides/torch.md": "torch"}
 
 
 def _exec_blocks(path):
@@ -75,9 +78,9 @@ def _exec_blocks(path):
 @pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_python_blocks_run(path, tmp_path):
     page = path.relative_to(ROOT).as_posix()
+    if page in NEEDS and importlib.util.find_spec(NEEDS[page]) is None:
+        pytest.skip(f"{page} needs {NEEDS[page]} (its extra is not installed)")
     if page in FRESH:
-        if importlib.util.find_spec(FRESH[page]) is None:
-            pytest.skip(f"{page} needs {FRESH[page]} (its extra is not installed)")
         result = tmp_path / "blocks.json"
         done = subprocess.run([sys.executable, __file__, str(path), str(result)], capture_output=True,
                               text=True, timeout=1200, cwd=ROOT)
