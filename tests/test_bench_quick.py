@@ -427,3 +427,17 @@ def test_every_preset_has_lm_head_shapes_the_case_accepts(preset):
     assert shapes and all(t % c == 0 for _, t, _, _, c in shapes)
     if preset != "quick":
         assert {v for *_, v, _ in shapes} == {32768, 131072}
+
+
+def test_main_in_process_leaves_the_callers_heap_unfrozen(tmp_path, capsys):
+    # The benchmark freezes its start-up heap (gc.freeze) so that its many gc.collect() calls are
+    # cheap; called as a function (credax.bench.main) it must give the caller's process back as it
+    # was, with nothing left frozen.
+    import gc
+
+    import credax.bench
+
+    assert gc.get_freeze_count() == 0
+    assert credax.bench.main(["--quick", "--only", "grpo", "--no-torch", "--out", str(tmp_path)]) == 0
+    assert gc.get_freeze_count() == 0
+    assert (tmp_path / "speed-cpu.json").exists()

@@ -197,52 +197,56 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
     # inside a timing would be timed). jax, torch and matplotlib leave ~10^6 long-lived objects
     # that each full collection walks: 0.12 s a collection, 21 of the quick preset's 61 s of CPU.
     # Frozen here (gc.freeze: moved to a generation no collection walks; they are still freed by
-    # reference counting), each collection walks only what the run itself allocates.
+    # reference counting), each collection walks only what the run itself allocates; unfrozen
+    # when the measurements end.
     gc.collect()
     gc.freeze()
-    if args.threads is not None and env.torch is not None:
-        env.torch.set_num_threads(args.threads)
-    started = now()
-    meta = {
-        "command": f"{prog} {' '.join(argv)}".rstrip(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "preset": cfg.preset,
-        "device": backend,
-        "reps": cfg.reps,
-        "min_sample_s": cfg.min_sample_s,
-        "threads": args.threads,
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "env": {k: os.environ[k] for k in ("GLIBC_TUNABLES", "JAX_PLATFORMS", "XLA_FLAGS",
-                                           "OMP_NUM_THREADS") if k in os.environ},
-        "huge_pages": "hugetlb" in os.environ.get("GLIBC_TUNABLES", ""),
-        "machine": machine_info(env.peers.torch, env.torch_device),
-        "sweep_sizes": dict(cfg.sweep),
-        "torch_note": env.torch_note,
-    }
-    print(f"credax speed benchmark — {meta['command']}")
-    m = meta["machine"]
-    print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}, jax {m['jax']} on {m['device_kind']} "
-          f"{m['jax_devices']}, torch {m['torch']}")
+    try:
+        if args.threads is not None and env.torch is not None:
+            env.torch.set_num_threads(args.threads)
+        started = now()
+        meta = {
+            "command": f"{prog} {' '.join(argv)}".rstrip(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "preset": cfg.preset,
+            "device": backend,
+            "reps": cfg.reps,
+            "min_sample_s": cfg.min_sample_s,
+            "threads": args.threads,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "env": {k: os.environ[k] for k in ("GLIBC_TUNABLES", "JAX_PLATFORMS", "XLA_FLAGS",
+                                               "OMP_NUM_THREADS") if k in os.environ},
+            "huge_pages": "hugetlb" in os.environ.get("GLIBC_TUNABLES", ""),
+            "machine": machine_info(env.peers.torch, env.torch_device),
+            "sweep_sizes": dict(cfg.sweep),
+            "torch_note": env.torch_note,
+        }
+        print(f"credax speed benchmark — {meta['command']}")
+        m = meta["machine"]
+        print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}, jax {m['jax']} on {m['device_kind']} "
+              f"{m['jax_devices']}, torch {m['torch']}")
 
-    bw = copy_bandwidth(cfg)
-    runner = Runner(cfg, copy_bw=bw["bytes_per_s"])
-    if want("grpo"):
-        for b in cfg.grpo_sizes:
-            cases.case_grpo(env, runner, b)
-    if want("tcpo"):
-        for b, k in cfg.tcpo_sizes:
-            cases.case_tcpo(env, runner, b, k)
-    if want("triage"):
-        for t in cfg.token_lengths:
-            cases.case_triage_broadcast(env, runner, t)
-    if want("loss"):
-        for t in cfg.token_lengths:
-            cases.case_policy_loss(env, runner, t)
-    if want("lm_head"):
-        for shape in cfg.lm_head:
-            cases.case_lm_head(env, runner, *shape)
-    sweep = (cases.run_sweep(env, cfg, bw["bytes_per_s"], args.entries, profile=args.profile)
-             if want("sweep") else [])
+        bw = copy_bandwidth(cfg)
+        runner = Runner(cfg, copy_bw=bw["bytes_per_s"])
+        if want("grpo"):
+            for b in cfg.grpo_sizes:
+                cases.case_grpo(env, runner, b)
+        if want("tcpo"):
+            for b, k in cfg.tcpo_sizes:
+                cases.case_tcpo(env, runner, b, k)
+        if want("triage"):
+            for t in cfg.token_lengths:
+                cases.case_triage_broadcast(env, runner, t)
+        if want("loss"):
+            for t in cfg.token_lengths:
+                cases.case_policy_loss(env, runner, t)
+        if want("lm_head"):
+            for shape in cfg.lm_head:
+                cases.case_lm_head(env, runner, *shape)
+        sweep = (cases.run_sweep(env, cfg, bw["bytes_per_s"], args.entries, profile=args.profile)
+                 if want("sweep") else [])
+    finally:
+        gc.unfreeze()  # a caller of main() in its own process gets its heap back as it was
 
     data = {
         "meta": {**meta, "wall_s": now() - started},
