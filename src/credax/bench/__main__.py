@@ -194,7 +194,7 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
 
     env = cases.Env(cfg, use_torch=not args.no_torch)
     # The run calls gc.collect() before every timed case and every cold compile (a collection
-    # inside a timing would be timed). jax, torch and matplotlib leave ~10^6 long-lived objects
+    # inside a timing would be timed). jax, torch and matplotlib leave ~280,000 long-lived objects
     # that each full collection walks: 0.12 s a collection, 21 of the quick preset's 61 s of CPU.
     # Frozen here (gc.freeze: moved to a generation no collection walks; they are still freed by
     # reference counting), each collection walks only what the run itself allocates; unfrozen
