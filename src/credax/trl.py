@@ -42,10 +42,14 @@ the redistribution: ``credax.presets.trl(scale_rewards)``); every other method k
 defaults, and ``credit_options`` overrides any of them (``outcome_options`` for the outcome part).
 
 Per-token advantages: a per-turn method's value on each token of its turn, a per-row method's on
-every token of the row's turns, 0 off the turns (selected, not multiplied); what TRL's loss then
-does with them (clipping, ``loss_type``, KL) is TRL's. ``credax.presets.trl_loss`` reproduces
-that loss in :func:`credax.policy_loss` for the loss types both have
-(``credax.presets.TRL_LOSS_TYPES``).
+every token of the row's turns, 0 off the turns (selected, not multiplied). The loss that
+consumes them is TRL's own by default (``loss="trl"``: every ``loss_type`` TRL has, clipping
+and KL as TRL computes them), or credax's (``loss="credax"``): :func:`credax.policy_loss` with
+the options :func:`trl_loss_options` reads from TRL's config — ``loss_type`` among
+``credax.presets.TRL_LOSS_TYPES`` (the table :func:`credax.presets.trl_loss` covers; a loss type
+added there flows through), ``epsilon``, ``epsilon_high``, ``delta``,
+``importance_sampling_level``, ``beta``, ``use_bias_correction_kl`` — computed in JAX, its
+gradient handed back to torch through DLPack.
 
 Limits: one training process (``accelerator.num_processes == 1``; credax's group statistics need
 every completion of a group, which TRL spreads over processes), and
@@ -71,6 +75,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 import torch
 from trl import GRPOTrainer
@@ -81,7 +86,8 @@ from credax import _registry
 from credax._batch import TurnBatch
 from credax._group_ids import exact_id
 
-__all__ = ["CreditGRPOTrainer", "TurnMap", "credit_methods", "token_advantages"]
+__all__ = ["LOSSES", "CreditGRPOTrainer", "TurnMap", "credit_methods", "token_advantages",
+           "trl_loss_options"]
 
 # Per-turn field of a TurnMap (and batch column) -> the TurnBatch fields it fills.
 _SOURCES = {"turn_scores": ("scores", "turn_rewards"), "turn_roles": ("roles",),
@@ -90,6 +96,11 @@ _SOURCES = {"turn_scores": ("scores", "turn_rewards"), "turn_roles": ("roles",),
 _ALWAYS = frozenset({"turn_mask", "group_ids", "rewards", "token_turn", "rows"})
 _LEVELS = ("row", "turn", "token")  # registry levels that map onto tokens
 _F32_MAX = float(np.finfo(np.float32).max)
+# Where the loss is computed: TRL's own code, or credax.policy_loss (see CreditGRPOTrainer).
+LOSSES = ("trl", "credax")
+# TRL 1.16's loss types normalised by the accumulation window's token count (`num_items_in_batch`,
+# grpo_trainer.py `_compute_loss`); TRL divides every other type by the accumulation steps.
+_WINDOW_NORMALISED = frozenset({"dapo", "cispo", "vespo"})
 
 
 class TurnMap(NamedTuple):
@@ -428,6 +439,79 @@ def token_advantages(
     return torch.where(on_turn, out.to(torch.float32), zero)
 
 
+def trl_loss_options(args, *, num_rows: int, num_items_in_batch: float | None = None,
+                     num_processes: int = 1, loss_type: str | None = None) -> credax.LossOptions:
+    """The :class:`credax.LossOptions` of a TRL ``GRPOConfig``: :func:`credax.presets.trl_loss`
+    with every keyword it takes read from the config by name (``epsilon``, ``epsilon_high``,
+    ``delta``, ``importance_sampling_level``, ``use_bias_correction_kl``,
+    ``max_completion_length``, and any a later credax adds), and ``kl_coef = beta``.
+
+    Args:
+      args: a ``trl.GRPOConfig`` (or any object with its attributes).
+      num_rows: the micro-batch's completions (TRL's ``grpo`` and ``dr_grpo`` divide by them).
+      num_items_in_batch: the token count ``dapo`` divides by (already rescaled to one
+        accumulation window, as TRL does); ``None``: the local token mean.
+      num_processes: training processes.
+      loss_type: overrides ``args.loss_type``.
+
+    Raises:
+      ValueError: a ``loss_type`` credax does not compute (the list is
+        ``credax.presets.TRL_LOSS_TYPES``), or what ``trl_loss`` refuses.
+
+    Examples:
+      >>> from trl import GRPOConfig
+      >>> import credax.trl
+      >>> cfg = GRPOConfig(output_dir="/tmp/x", loss_type="grpo", epsilon_high=0.28, beta=0.04,
+      ...                  report_to="none", use_cpu=True)
+      >>> o = credax.trl.trl_loss_options(cfg, num_rows=8)
+      >>> o.agg, o.normalizer, o.clip_high, o.kl_coef
+      ('seq-mean-token-mean', 8, 0.28, 0.04)
+    """
+    loss_type = args.loss_type if loss_type is None else loss_type
+    if loss_type not in credax.presets.TRL_LOSS_TYPES:
+        raise ValueError(f"`loss_type`={loss_type!r}: credax computes TRL's "
+                         f"{list(credax.presets.TRL_LOSS_TYPES)} (credax.presets.TRL_LOSS_TYPES); "
+                         "use loss='trl' for the others.")
+    given = {"num_rows": num_rows, "num_items_in_batch": num_items_in_batch,
+             "num_processes": num_processes}
+    kwargs = {}
+    for name in inspect.signature(credax.presets.trl_loss).parameters:
+        if name in given:
+            kwargs[name] = given[name]
+        elif name != "loss_type" and hasattr(args, name):
+            kwargs[name] = getattr(args, name)
+    return credax.presets.trl_loss(loss_type, **kwargs).replace(kl_coef=float(args.beta))
+
+
+def _loss_value(logp, old_logp, advantages, mask, ref_logp, options):
+    return credax.policy_loss(logp, old_logp, advantages, mask, options=options,
+                              ref_logp=ref_logp).loss
+
+
+_loss_and_grad = jax.jit(jax.value_and_grad(_loss_value))
+
+
+class _PolicyLoss(torch.autograd.Function):
+    """:func:`credax.policy_loss` as a torch op: the value and its gradient w.r.t. ``logp`` are
+    computed by JAX in the forward pass (through DLPack, no copies); backward scales it."""
+
+    @staticmethod
+    def forward(ctx, logp, old_logp, advantages, mask, ref_logp, options):
+        arrays = [None if t is None else ct.to_jax(t.detach().to(torch.float32), name)
+                  for t, name in ((logp, "logp"), (old_logp, "old_logp"),
+                                  (advantages, "advantages"), (ref_logp, "ref_logp"))]
+        lp, old, adv, ref = arrays
+        value, grad = jax.block_until_ready(
+            _loss_and_grad(lp, old, adv, ct.to_jax(mask != 0, "mask"), ref, options))
+        ctx.save_for_backward(ct.to_torch(grad).to(logp.dtype).clone())
+        return ct.to_torch(value).to(logp.dtype).clone()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (grad,) = ctx.saved_tensors
+        return grad_output * grad, None, None, None, None, None
+
+
 class CreditGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` with credax's per-token turn credit as the loss's advantages.
 
@@ -440,25 +524,40 @@ class CreditGRPOTrainer(GRPOTrainer):
       turn_map: ``None`` (turns from TRL's tool calls, per-turn fields from the batch's columns
         ``turn_scores`` / ``turn_roles`` / ``anchor_ids``) or a callable returning a
         :class:`TurnMap` (see the module docstring for its arguments).
+      loss: ``"trl"`` (default): TRL's own loss code consumes the advantages, for every
+        ``loss_type``; ``"credax"``: :func:`credax.policy_loss` computes it (in JAX, its gradient
+        handed back to torch), with the options of :func:`trl_loss_options` — TRL's
+        ``loss_type`` among ``credax.presets.TRL_LOSS_TYPES``, its ``epsilon``/``epsilon_high``/
+        ``delta``, ``importance_sampling_level``, ``beta`` and ``use_bias_correction_kl`` — and
+        TRL's division by the accumulation steps. At token level the two agree to float32
+        rounding; at ``importance_sampling_level="sequence"`` credax uses GSPO's token form
+        (``credax.policy_loss``), whose gradient differs from TRL's sequence form when the
+        advantages vary within a completion (as turn credit does).
 
     Each batch, ``credit_advantages`` holds the last per-token advantages (``[B, T]``) handed to
     TRL's loss (TRL's completions table still logs its own one-per-completion advantages).
 
     Raises:
-      ValueError: ``credit`` unknown or needing a field TRL cannot give, an unknown option
-        (at construction); ``multi_objective_aggregation`` other than ``"sum_then_normalize"``;
-        more than one process; per batch, a turn map or per-turn columns that disagree with the
+      ValueError: ``credit`` unknown or needing a field TRL cannot give, an unknown option,
+        ``loss`` not in :data:`LOSSES` (at construction); ``multi_objective_aggregation`` other
+        than ``"sum_then_normalize"``; more than one process; with ``loss="credax"``, a
+        ``loss_type`` credax does not compute or a TRL loss feature it does not reproduce
+        (``top_entropy_quantile``, ``off_policy_mask_threshold``, the entropy bonus, vLLM
+        importance sampling, a router auxiliary loss), each named; per batch, a turn map or per-turn columns that disagree with the
         completions (see :func:`token_advantages`).
       TypeError: ``turn_map`` not callable, or returning something other than a ``TurnMap``.
     """
 
     def __init__(self, *args, credit: str = "tcpo", credit_options: Mapping | None = None,
-                 turn_map: Callable[..., TurnMap] | None = None, **kwargs):
+                 turn_map: Callable[..., TurnMap] | None = None, loss: str = "trl", **kwargs):
         _check_credit(credit, credit_options)  # before the model loads: fail fast
+        if loss not in LOSSES:
+            raise ValueError(f"`loss` must be one of {list(LOSSES)}; got {loss!r}.")
         if turn_map is not None and not callable(turn_map):
             raise TypeError(f"`turn_map` must be a callable returning a credax.trl.TurnMap, or "
                             f"None; got {type(turn_map).__name__}.")
         self.credit, self.credit_options, self.turn_map = credit, credit_options, turn_map
+        self.loss = loss
         self.credit_advantages = None
         self._credax_rewards = None
         super().__init__(*args, **kwargs)
@@ -473,6 +572,20 @@ class CreditGRPOTrainer(GRPOTrainer):
                 f"credax.trl runs on one process; `accelerator.num_processes` is "
                 f"{self.accelerator.num_processes}: credax's group statistics need every "
                 "completion of a prompt group, which TRL spreads over processes.")
+        if loss == "credax":
+            trl_loss_options(self.args, num_rows=1, loss_type=self.loss_type)  # loss_type known
+            unsupported = {
+                "top_entropy_quantile": self.top_entropy_quantile < 1.0,
+                "off_policy_mask_threshold": self.off_policy_mask_threshold is not None,
+                "entropy_coef (the entropy bonus)": self._entropy_bonus_enabled,
+                "vllm_importance_sampling_correction": bool(
+                    self.use_vllm and self.vllm_importance_sampling_correction),
+                "router_aux_loss_coef": self.aux_loss_enabled,
+            }
+            for setting, on in unsupported.items():
+                if on:
+                    raise ValueError(f"loss='credax' does not reproduce TRL's `{setting}`; "
+                                     "turn it off or use loss='trl'.")
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
@@ -513,3 +626,37 @@ class CreditGRPOTrainer(GRPOTrainer):
         self.credit_advantages = adv
         output["advantages"] = adv
         return output
+
+    def _compute_loss(self, model, inputs):
+        if self.loss == "trl":
+            return super()._compute_loss(model, inputs)
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        logp, _, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1),
+            **{k: inputs.get(k) for k in (
+                "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
+                "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids",
+                "mm_token_type_ids", "image_position_ids")})
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        old = inputs.get("old_per_token_logps")
+        old = logp.detach() if old is None else old
+        ref = inputs["ref_per_token_logps"] if self.beta != 0.0 else None
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages[:, None].expand_as(logp)
+        train = self.model.training
+        items = None
+        if self.loss_type in _WINDOW_NORMALISED:
+            items = float(inputs["num_items_in_batch"])
+            if train:  # TRL rescales the generation batch's count to one accumulation window
+                items *= self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        options = trl_loss_options(self.args, num_rows=completion_ids.size(0),
+                                   num_items_in_batch=items,
+                                   num_processes=self.accelerator.num_processes,
+                                   loss_type=self.loss_type)
+        loss = _PolicyLoss.apply(logp, old, advantages, mask, ref, options)
+        if train and self.loss_type not in _WINDOW_NORMALISED:
+            loss = loss / self.current_gradient_accumulation_steps
+        return loss
