@@ -56,7 +56,7 @@ every completion of a group, which TRL spreads over processes), and
 ``multi_objective_aggregation="sum_then_normalize"`` (TRL's default; the other normalises each
 reward function before summing — credax's :func:`credax.gdpo_advantages`). Both are refused at
 construction, naming the setting. Requires ``trl==1.16.0`` (the ``trl`` extra), which requires
-torch; credit is computed through :mod:`credax.torch`.
+torch; tensors cross to JAX and back through DLPack (:mod:`credax.torch`).
 
 Examples:
   >>> import torch, credax.trl
@@ -428,15 +428,18 @@ def token_advantages(
         options = {"normalization": preset, **options}
     if nested is not None:
         nested = {"normalization": preset, **nested}
-    with torch.no_grad():
-        out = call(tb, ns=ct, nested=nested, **options)
-    on_turn = (token_turn >= 0) & row_ok[:, None]
-    zero = torch.zeros((), dtype=torch.float32, device=device)
-    if call.level == "row":
-        return torch.where(on_turn, out.to(torch.float32)[:, None], zero)
+    # The registry's calls run on JAX arrays (some build inputs with jax.numpy): the batch goes
+    # over through DLPack on its device, and the result comes back the same way.
+    tb = TurnBatch(*(None if v is None else ct.to_jax(v, f"TurnBatch.{name}")
+                     for name, v in zip(TurnBatch._fields, tb, strict=True)))
+    out = call(tb, nested=nested, **options)
     if call.level == "turn":
-        out = ct.broadcast_to_tokens(out, token_turn)
-    return torch.where(on_turn, out.to(torch.float32), zero)
+        out = credax.broadcast_to_tokens(out, tb.token_turn)
+    out = ct.to_torch(jax.block_until_ready(out)).to(device, torch.float32)
+    if call.level == "row":
+        out = out[:, None]
+    on_turn = (token_turn >= 0) & row_ok[:, None]
+    return torch.where(on_turn, out, torch.zeros((), dtype=torch.float32, device=device))
 
 
 def trl_loss_options(args, *, num_rows: int, num_items_in_batch: float | None = None,
