@@ -56,7 +56,7 @@ every completion of a group, which TRL spreads over processes), and
 ``multi_objective_aggregation="sum_then_normalize"`` (TRL's default; the other normalises each
 reward function before summing — credax's :func:`credax.gdpo_advantages`). Both are refused at
 construction, naming the setting. Requires ``trl==1.16.0`` (the ``trl`` extra), which requires
-torch; tensors cross to JAX and back through DLPack (:mod:`credax.torch`).
+torch; tensors cross to JAX and back through DLPack (``credax.torch``).
 
 Examples:
   >>> import torch, credax.trl
@@ -546,8 +546,8 @@ class CreditGRPOTrainer(GRPOTrainer):
         than ``"sum_then_normalize"``; more than one process; with ``loss="credax"``, a
         ``loss_type`` credax does not compute or a TRL loss feature it does not reproduce
         (``top_entropy_quantile``, ``off_policy_mask_threshold``, the entropy bonus, vLLM
-        importance sampling, a router auxiliary loss), each named; per batch, a turn map or per-turn columns that disagree with the
-        completions (see :func:`token_advantages`).
+        importance sampling, a router auxiliary loss), each named; per batch, a turn map or
+        per-turn columns that disagree with the completions (see :func:`token_advantages`).
       TypeError: ``turn_map`` not callable, or returning something other than a ``TurnMap``.
     """
 
