@@ -317,21 +317,41 @@ def test_credax_loss_equals_trls_loss_value_and_gradients(tmp_path):
     gen = torch.Generator().manual_seed(0)
     inputs["old_per_token_logps"] = logp + 0.3 * torch.randn(logp.shape, generator=gen)
     inputs["ref_per_token_logps"] = logp + 0.3 * torch.randn(logp.shape, generator=gen)
-    for loss_type in credax.presets.TRL_LOSS_TYPES:
-        trainer.loss_type = trainer.args.loss_type = loss_type
-        results = {}
-        for name, compute in (("trl", lambda: GRPOTrainer._compute_loss(trainer, model, inputs)),
-                              ("credax", lambda: trainer._compute_loss(model, inputs))):
-            model.zero_grad()
-            value = compute()
-            value.backward()
-            results[name] = (float(value.detach()),
-                             torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
-        (trl_value, trl_grad), (cx_value, cx_grad) = results["trl"], results["credax"]
-        assert cx_value == pytest.approx(trl_value, rel=1e-5, abs=1e-7), loss_type
-        scale = float(trl_grad.abs().max())
-        assert scale > 0
-        torch.testing.assert_close(cx_grad, trl_grad, rtol=1e-4, atol=1e-6 * scale, msg=loss_type)
+    token_level = dict(inputs)
+    # GSPO: at sequence level credax's token form equals TRL's sequence form when the advantage is
+    # constant within a completion (credit="grpo"); here each row's first-token value.
+    sequence_level = {**inputs, "advantages": inputs["advantages"][:, :1].expand_as(logp).clone()}
+    for level, batch in (("token", token_level), ("sequence", sequence_level)):
+        trainer.importance_sampling_level = trainer.args.importance_sampling_level = level
+        for loss_type in credax.presets.TRL_LOSS_TYPES:
+            trainer.loss_type = trainer.args.loss_type = loss_type
+            results = {}
+            for name, compute in (("trl", lambda b: GRPOTrainer._compute_loss(trainer, model, b)),
+                                  ("credax", lambda b: trainer._compute_loss(model, b))):
+                model.zero_grad()
+                value = compute(batch)
+                value.backward()
+                results[name] = (float(value.detach()),
+                                 torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+            (trl_value, trl_grad), (cx_value, cx_grad) = results["trl"], results["credax"]
+            where = f"{loss_type}, {level} level"
+            assert cx_value == pytest.approx(trl_value, rel=1e-5, abs=1e-7), where
+            scale = float(trl_grad.abs().max())
+            assert scale > 0
+            torch.testing.assert_close(cx_grad, trl_grad, rtol=1e-4, atol=1e-6 * scale, msg=where)
+
+
+def test_credax_loss_refuses_what_it_does_not_reproduce(tmp_path):
+    with pytest.raises(ValueError, match="`loss` must be one of"):
+        CreditGRPOTrainer(model="never-loaded", loss="liger")
+    with pytest.raises(ValueError, match="does not reproduce TRL's `top_entropy_quantile`"):
+        CreditGRPOTrainer(model=tiny_model(), reward_funcs=final_score,
+                          args=config(tmp_path, top_entropy_quantile=0.5), train_dataset=PROMPTS,
+                          processing_class=tiny_tokenizer(), loss="credax")
+    args = config(tmp_path)
+    args.loss_type = "ppo"
+    with pytest.raises(ValueError, match="`loss_type`='ppo': credax computes TRL's"):
+        credax.trl.trl_loss_options(args, num_rows=4)
 
 
 def test_every_explained_method_runs_on_trls_batch():

@@ -532,8 +532,9 @@ class CreditGRPOTrainer(GRPOTrainer):
         handed back to torch), with the options of :func:`trl_loss_options` — TRL's
         ``loss_type`` among ``credax.presets.TRL_LOSS_TYPES``, its ``epsilon``/``epsilon_high``/
         ``delta``, ``importance_sampling_level``, ``beta`` and ``use_bias_correction_kl`` — and
-        TRL's division by the accumulation steps. At token level the two agree to float32
-        rounding; at ``importance_sampling_level="sequence"`` credax uses GSPO's token form
+        TRL's division by the accumulation steps. The two agree to float32 rounding (value and
+        gradient) at token level, and at sequence level with one advantage per completion; at
+        ``importance_sampling_level="sequence"`` credax uses GSPO's token form
         (``credax.policy_loss``), whose gradient differs from TRL's sequence form when the
         advantages vary within a completion (as turn credit does).
 
