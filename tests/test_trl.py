@@ -262,6 +262,9 @@ def test_turn_fields_that_disagree_with_the_completions_are_refused():
     with pytest.raises(ValueError, match="holds -2 at row 1, token 0"):
         credax.trl.token_advantages("grpo", torch.ones(2), MASK, num_generations=2,
                                     token_turn=torch.tensor([[0, 0, 0, 0], [-2, 0, 0, 0]]))
+    with pytest.raises(ValueError, match="token_turn must be a \\[B, T\\] integer tensor"):
+        credax.trl.token_advantages("grpo", torch.ones(2), MASK, num_generations=2,
+                                    token_turn=[[0, 0, 0, 0], [0, 0]])  # ragged
     with pytest.raises(TypeError, match="token_turn must hold integers"):
         credax.trl.token_advantages("grpo", torch.ones(2), MASK, num_generations=2,
                                     token_turn=torch.zeros(2, 4))

@@ -280,7 +280,11 @@ def _bucket(n: int) -> int:
 def _user_token_turn(token_turn, completion_mask: torch.Tensor) -> torch.Tensor:
     name = "`turn_map`'s token_turn"
     if not isinstance(token_turn, torch.Tensor):
-        token_turn = torch.as_tensor(np.asarray(token_turn))
+        try:
+            token_turn = torch.as_tensor(np.asarray(token_turn))
+        except (ValueError, TypeError) as error:  # ragged rows, objects
+            raise ValueError(f"{name} must be a [B, T] integer tensor or array over TRL's padded "
+                             f"completions; got {type(token_turn).__name__} ({error}).") from None
     ct.check_tensor(token_turn, name)
     if token_turn.dtype.is_floating_point or token_turn.dtype.is_complex or token_turn.dtype == torch.bool:
         raise TypeError(f"{name} must hold integers; got dtype {token_turn.dtype}.")
