@@ -4,8 +4,8 @@ TRL 1.16's ``GRPOTrainer`` computes one advantage per completion (the GRPO z-sco
 within the prompt's ``num_generations``) and its loss takes ``(B, T)`` advantages from a subclass
 as they are. :class:`CreditGRPOTrainer` is that subclass: after TRL has generated and scored a
 batch, it replaces ``advantages`` with the per-token advantages of a credax method — TCPO,
-MT-GRPO, TRIAGE, GiGPO, the turn baseline, or any other entry of credax's method registry whose
-inputs TRL can give — and TRL's own loss (every ``loss_type``) consumes them.
+MT-GRPO, TRIAGE, GiGPO, the turn baseline, or any other method ``credax.explain`` shows (read
+from credax's method registry) — and TRL's own loss (every ``loss_type``) consumes them.
 
 Turns (``token_turn[b, t]``, ``-1`` off the turns) come from one of two places:
 
@@ -37,8 +37,8 @@ The outcome of a completion is TRL's reward: the weighted sum of the reward func
 returned ``None`` is left out of its group's statistics and gets advantage 0, as in TRL. Groups
 are TRL's: each prompt's ``num_generations`` consecutive completions. TRL's ``scale_rewards``
 sets the normalization of GRPO's outcome advantage (``credit="grpo"`` — which then gives TRL's
-own advantages on every token — and the outcome part of TRIAGE, the scalar process baseline and
-the redistribution: ``credax.presets.trl(scale_rewards)``); every other method keeps its own
+own advantages on every token — and the outcome part of TRIAGE and the
+redistribution: ``credax.presets.trl(scale_rewards)``); every other method keeps its own
 defaults, and ``credit_options`` overrides any of them (``outcome_options`` for the outcome part).
 
 Per-token advantages: a per-turn method's value on each token of its turn, a per-row method's on
@@ -213,7 +213,7 @@ def _check_credit(credit, options) -> tuple[_registry.Call, dict, dict]:
     outcome = options.pop("outcome_options", None)
     if outcome is not None and not nested_ok:
         raise ValueError(f"`credit_options['outcome_options']`: credax.{call.name} has no outcome "
-                         "part (only TRIAGE, the scalar process baseline and the redistribution do).")
+                         "part (only TRIAGE and the redistribution do).")
     if outcome is not None and not isinstance(outcome, Mapping):
         raise TypeError("`credit_options['outcome_options']` must be a mapping of options of "
                         f"credax.grpo_advantages; got {type(outcome).__name__}.")
@@ -527,7 +527,7 @@ class CreditGRPOTrainer(GRPOTrainer):
     Args:
       credit: the credax method, a name of :func:`credit_methods` (default ``"tcpo"``).
       credit_options: keyword options of that credax function (``gamma``, ``normalization``,
-        ...; ``outcome_options`` for the outcome part of TRIAGE and its kin).
+        ...; ``outcome_options`` for the outcome part of TRIAGE and the redistribution).
       turn_map: ``None`` (turns from TRL's tool calls, per-turn fields from the batch's columns
         ``turn_scores`` / ``turn_roles`` / ``anchor_ids``) or a callable returning a
         :class:`TurnMap` (see the module docstring for its arguments).
