@@ -317,6 +317,9 @@ def test_credax_loss_equals_trls_loss_value_and_gradients(tmp_path):
     # Old and reference log-probs off the policy: ratios clip on both sides, and the KL term acts
     # (beta is set after construction: with beta > 0 TRL would load a reference model by name).
     trainer.beta = trainer.args.beta = 0.04
+    # As inside an accumulation window of two micro-batches (TRL divides grpo/bnpo/dr_grpo by it
+    # and rescales dapo's token count by it).
+    trainer.current_gradient_accumulation_steps = 2
     gen = torch.Generator().manual_seed(0)
     inputs["old_per_token_logps"] = logp + 0.3 * torch.randn(logp.shape, generator=gen)
     inputs["ref_per_token_logps"] = logp + 0.3 * torch.randn(logp.shape, generator=gen)
