@@ -23,11 +23,11 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# The suite also tests credax.torch, credax.verl and credax.tunix against the real torch, verl and
-# Tunix: the torch, verl and tunix extras, then verl itself without its declared (heavy,
-# GPU-training) dependencies.
+# The suite also tests credax.torch, credax.verl, credax.tunix and credax.trl against the real
+# torch, verl, Tunix and TRL: the torch, verl, tunix and trl extras, then verl itself without its
+# declared (heavy, GPU-training) dependencies.
 $(TEST_STAMP): pyproject.toml $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,torch,verl,tunix]'
+	$(PY) -m pip install --quiet -e '.[dev,torch,verl,tunix,trl]'
 	$(PY) -m pip install --quiet --no-deps '$(VERL_PIN)'
 	touch $(TEST_STAMP)
 

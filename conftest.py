@@ -1,6 +1,6 @@
 """Repository-root pytest configuration: the suite's XLA code-generation flags, and the modules of
 optional extras collected (as doctests) only where their dependency is installed (``make test``
-installs torch, verl and tunix, so CI collects them all)."""
+installs torch, verl, tunix and trl, so CI collects them all)."""
 
 import importlib.util
 import os
@@ -31,6 +31,7 @@ os.environ["XLA_FLAGS"] = " ".join(filter(None, [_flags] + [
 # The package's modules that import an optional extra at module level, and the module that extra
 # provides (tests/test_dependencies.py checks this list against the package's optional modules).
 OPTIONAL_MODULES = (("src/credax/torch.py", "torch"), ("src/credax/verl.py", "verl"),
-                    ("src/credax/tunix.py", "tunix"), ("src/credax/_tunix_tiny.py", "tunix"))
+                    ("src/credax/tunix.py", "tunix"), ("src/credax/_tunix_tiny.py", "tunix"),
+                    ("src/credax/trl.py", "trl"))
 collect_ignore = [path for path, dependency in OPTIONAL_MODULES
                   if importlib.util.find_spec(dependency) is None]

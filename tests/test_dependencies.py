@@ -57,7 +57,7 @@ def _module_level_imports(paths) -> set[str]:
 
 
 # Optional modules and the extra that provides what they import (never imported by `import credax`).
-OPTIONAL = {"testing": "testing", "torch": "torch", "verl": "verl", "tunix": "tunix",
+OPTIONAL = {"testing": "testing", "torch": "torch", "verl": "verl", "tunix": "tunix", "trl": "trl",
             "_tunix_tiny": "tunix"}  # credax.tunix's tiny model and environment (its guide's set-up)
 
 
@@ -120,7 +120,7 @@ def test_dev_is_a_superset_of_every_light_extra():
     extras = _project()["optional-dependencies"]
     dev = _requirement_names(extras["dev"])
     for name, reqs in extras.items():
-        if name not in {"dev", "bench", "torch", "verl", "tunix", "gpu"}:  # heavy or hardware-specific
+        if name not in {"dev", "bench", "torch", "verl", "tunix", "trl", "gpu"}:  # heavy or hardware-specific
             assert _requirement_names(reqs) <= dev, name
     assert "chex" in dev  # the compile-once tests count traces with chex.assert_max_traces
 

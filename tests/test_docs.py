@@ -58,7 +58,7 @@ def _load(name):
 FRESH = {"docs/guides/tunix.md": "tunix"}
 # Every page whose blocks need an optional extra, and the module it provides: skipped without it
 # (`make test` installs every extra, so CI runs them all).
-NEEDS = {**FRESH, "docs/guides/torch.md": "torch"}
+NEEDS = {**FRESH, "docs/guides/torch.md": "torch", "docs/guides/trl.md": "trl"}
 
 
 def _exec_blocks(path):
