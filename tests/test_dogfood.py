@@ -32,7 +32,7 @@ OUTCOME = calls.CALLS["grpo_advantages"].adapter
 # adapter is the entry's own (one object per entry, so the checkers on one function share its
 # compilations). Public array functions without checks, and why (the checkers need [B] or [B, K]
 # outputs of a batch): token-level ([B, T]: broadcast_to_tokens, token_logprobs*, turn_values,
-# turn_gae_advantages, vetta_advantages), scalars or fits (aggregate, policy_loss, value_loss,
+# the token GAEs), scalars or fits (aggregate, policy_loss, value_loss,
 # fit_role_constants, optimal_mixing_weight, vapo_lambda, discount_weights), windows/labels
 # (judge_windows, parse_roles, the validators), a ranking whose ties break by row index
 # (select_top_surprisal: not permutation-equivariant on ties), alternatives [B, K, M]
@@ -55,7 +55,7 @@ def test_every_estimator_with_invariants_is_checked():
     unchecked = {name for name, c in calls.ESTIMATORS.items() if not c.checks}
     assert unchecked <= {name for name, c in calls.ESTIMATORS.items()
                          if c.level not in ("row", "turn") or not c.group_local}
-    assert {"counterfactual_credit", "gpg_advantages", "vetta_advantages"} <= unchecked
+    assert {"counterfactual_credit", "gpg_advantages"} <= unchecked
 
 
 @pytest.mark.parametrize("label, check", CASES)
