@@ -230,6 +230,18 @@ def default_schedule(default: Any) -> tuple | None:
     return None
 
 
+def scheduled_options(signature, args: tuple, kwargs: dict, i: int) -> dict:
+    """The keywords of :func:`scheduled`'s call that the schedule set (those the call does not
+    give positionally): ``fn(*args, **{**kwargs, **scheduled_options(...)})`` is the ``i``-th
+    call of the schedule with the call's own positional arguments (what the bench times)."""
+    bound = signature.bind(*args, **kwargs)
+    positional = list(signature.parameters)[:len(args)]
+    new_args, new_kwargs = scheduled(signature, args, kwargs, i)
+    new = signature.bind(*new_args, **new_kwargs).arguments
+    return {name: value for name, value in new.items()
+            if name not in positional and value is not bound.arguments.get(name)}
+
+
 def scheduled(signature, args: tuple, kwargs: dict, i: int) -> tuple[tuple, dict]:
     """The call ``(args, kwargs)`` of a function of ``signature`` with the ``i``-th value
     (``0 <= i < 3``) of every numeric hyperparameter it has: :data:`SCHEDULE` (or

@@ -737,7 +737,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     schedule (``credax._batch.SCHEDULE``, the compile-once test's) and changed to the second for
     the recompilation check; then the layouts of ``groups`` and the host-side functions."""
     from credax import _registry as calls
-    from credax._batch import TurnBatch, scheduled
+    from credax._batch import TurnBatch, scheduled_options
 
     credax, put = env.credax, env.put
     z = cfg.sweep
@@ -796,10 +796,8 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         """The call's keywords at the schedule's first values, and its second values (the traced
         options that must not recompile; ``None`` where the call has none)."""
         signature = inspect.signature(fn)
-        _, first = scheduled(signature, args, kwargs, 0)
-        _, second = scheduled(signature, args, kwargs, 1)
-        changed = {k: v for k, v in second.items() if k not in kwargs or v is not kwargs[k]}
-        return first, changed or None
+        first = {**kwargs, **scheduled_options(signature, args, kwargs, 0)}
+        return first, scheduled_options(signature, args, kwargs, 1) or None
 
     for label, c in calls.ALL.items():
         needs = set(c.needs)
