@@ -4,6 +4,11 @@
 ``credax.verl`` and ``credax.bench`` turn their inputs into one and call the method registry
 (``credax._registry``) on it. ``credax.testing`` re-exports it (``credax.testing.TurnBatch``, the
 batch its checkers draw and report) together with :func:`describe_batch`.
+
+It also holds the one hyperparameter schedule (:data:`SCHEDULE`, :func:`scheduled`): three valid
+values of every numeric hyperparameter, which the bench sweep (``credax.bench.cases``) and the
+compile-once test (tests/test_dogfood.py) both read, so an entry of the registry needs no values
+of its own.
 """
 
 from __future__ import annotations
