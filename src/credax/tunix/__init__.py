@@ -63,6 +63,11 @@ records. :func:`tiny_cluster` (Tunix's toy transformer on the default mesh) runs
 
 The registry is Tunix's global one: importing this module twice registers the same functions
 again (Tunix logs an overwrite warning); :func:`register` does it explicitly and returns the names.
+
+The package: this module holds the adapters Tunix's registry calls; ``credax.tunix.turns`` the
+turns from Tunix's data and :func:`turn_advantages` (its host checks are ``credax._checks``');
+``credax.tunix.learners`` the two learners; ``credax.tunix._tiny`` the toy set-up. Every public
+name is importable from ``credax.tunix``.
 """
 
 from __future__ import annotations
