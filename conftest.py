@@ -31,7 +31,6 @@ os.environ["XLA_FLAGS"] = " ".join(filter(None, [_flags] + [
 # The package's modules that import an optional extra at module level, and the module that extra
 # provides (tests/test_dependencies.py checks this list against the package's optional modules).
 OPTIONAL_MODULES = (("src/credax/torch.py", "torch"), ("src/credax/verl.py", "verl"),
-                    ("src/credax/tunix.py", "tunix"), ("src/credax/_tunix_tiny.py", "tunix"),
-                    ("src/credax/trl.py", "trl"))
+                    ("src/credax/tunix", "tunix"), ("src/credax/trl.py", "trl"))
 collect_ignore = [path for path, dependency in OPTIONAL_MODULES
                   if importlib.util.find_spec(dependency) is None]

@@ -59,9 +59,10 @@ def traced_once():
 # the 7-test, 130-CPU-second test_lab_tiny near the end). Dealing the longest files first keeps one
 # long file from running alone at the end while the other worker idles. The order: the files of
 # 10 s or more, longest first, by their tests' summed time in a full `make test` (quiet 2-core
-# machine, 2026-12-07, with the suite's XLA flags of the repository-root conftest.py); files not
-# listed keep their order after these.
-SLOW_FIRST = ("test_dogfood", "test_lab_tiny", "test_bench_quick", "test_multidevice", "test_hgpo",
+# machine, 2026-12-07, with the suite's XLA flags of the repository-root conftest.py; test_recipe,
+# added later, 101 s on a loaded machine); files not listed keep their order after these.
+SLOW_FIRST = ("test_dogfood", "test_lab_tiny", "test_bench_quick", "test_multidevice", "test_recipe",
+              "test_hgpo",
               "test_notebooks", "test_docs", "test_wheel", "test_groups", "test_tunix",
               "test_losses", "test_tcpo", "test_explain", "test_streaming", "test_outcome",
               "test_lab_ci", "test_reproducibility", "test_normalization",

@@ -57,8 +57,7 @@ def _module_level_imports(paths) -> set[str]:
 
 
 # Optional modules and the extra that provides what they import (never imported by `import credax`).
-OPTIONAL = {"testing": "testing", "torch": "torch", "verl": "verl", "tunix": "tunix", "trl": "trl",
-            "_tunix_tiny": "tunix"}  # credax.tunix's tiny model and environment (its guide's set-up)
+OPTIONAL = {"testing": "testing", "torch": "torch", "verl": "verl", "tunix": "tunix", "trl": "trl"}
 
 
 def _optional(path: pathlib.Path) -> str | None:

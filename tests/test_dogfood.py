@@ -14,11 +14,11 @@ These sweeps own both properties: a module's own tests keep its goldens and refe
 
 import inspect
 
-import numpy as np
 import pytest
 
 import credax
 import credax.testing as ct
+from credax._batch import SCHEDULE, default_schedule, scheduled
 from credax.testing import calls
 
 EXAMPLES = 8
@@ -32,7 +32,7 @@ OUTCOME = calls.CALLS["grpo_advantages"].adapter
 # adapter is the entry's own (one object per entry, so the checkers on one function share its
 # compilations). Public array functions without checks, and why (the checkers need [B] or [B, K]
 # outputs of a batch): token-level ([B, T]: broadcast_to_tokens, token_logprobs*, turn_values,
-# turn_gae_advantages, vetta_advantages), scalars or fits (aggregate, policy_loss, value_loss,
+# the token GAEs), scalars or fits (aggregate, policy_loss, value_loss,
 # fit_role_constants, optimal_mixing_weight, vapo_lambda, discount_weights), windows/labels
 # (judge_windows, parse_roles, the validators), a ranking whose ties break by row index
 # (select_top_surprisal: not permutation-equivariant on ties), alternatives [B, K, M]
@@ -50,11 +50,12 @@ CASES = [
 
 
 def test_every_estimator_with_invariants_is_checked():
-    # The estimators the invariant checks cannot state (see above) are the only ones left out.
-    unchecked = {name for name in calls.ESTIMATORS if name not in {c.name for _, c in SPECS}}
-    assert unchecked == {"counterfactual_credit", "gpg_advantages",
-                         "reinforce_pp_advantages", "reinforce_pp_baseline_advantages",
-                         "turn_gae_advantages", "vetta_advantages"}
+    # The estimators the invariant checks cannot state (see above: not one value per row or turn,
+    # or a batch statistic) are the only ones left out; the rest get COMMON at least.
+    unchecked = {name for name, c in calls.ESTIMATORS.items() if not c.checks}
+    assert unchecked <= {name for name, c in calls.ESTIMATORS.items()
+                         if c.level not in ("row", "turn") or not c.group_local}
+    assert {"counterfactual_credit", "gpg_advantages"} <= unchecked
 
 
 @pytest.mark.parametrize("label, check", CASES)
@@ -87,43 +88,10 @@ def test_batch_scale_is_not_group_isolated():
 # Compile once: new values, new ids, a Groups and new hyperparameters reuse the program.
 # --------------------------------------------------------------------------------------------
 
-# Three values of each numeric hyperparameter (by its name in any public signature), all valid.
-SCHEDULE = {
-    "gamma": (0.9, 0.5, 1.0), "lam": (0.95, 0.5, 1.0), "token_gamma": (1.0, 0.9, 0.5),
-    "token_lam": (1.0, 0.8, 0.5), "omega": (1.0, 0.5, 2.0), "alpha": (0.05, 0.5, 1.0),
-    "turn_coef": (1.0, 0.5, 2.0), "success_threshold": (1.0, 0.9, 0.5),
-    "progress_weight": (1.0, 0.5, 2.0), "preservation_weight": (0.1, 0.0, 0.5),
-    "regression_weight": (1.0, 0.5, 2.0), "hindsight_weight": (1.0, 0.5, 0.25),
-    "counterfactual_weight": (1.0, 2.0, 0.5), "initial": (0.0, 0.1, 0.5),
-    "invalid_penalty": (0.1, 0.2, 0.5), "success_reward": (10.0, 5.0, 1.0),
-    "step_discount": (1.0, 0.9, 0.5), "f_norm": (1.0, 0.5, 2.0), "clip": (0.5, 0.2, 1.0),
-    "clamp": (20.0, 10.0, 5.0), "temperature": (1.0, 0.7, 1.3),
-    "reaction_coef": (1.0, 0.5, 2.0),  # FACA's (merged on main after this branch began)
-    "constants": ((1.0, 0.5, -0.1, -0.5), (2.0, 1.0, 0.0, -1.0), (0.5, 0.25, -0.05, -0.25)),
-}
-SCALED = {"weights": (1.0, 0.5, 2.0)}  # array hyperparameters (GDPO's [C], redistribution's [B, K])
-EPS = (1e-6, 1e-4, 0.0)  # a Normalization's eps (a leaf: same static fields, same program)
-CLIPS = ((0.2, 0.2, 3.0), (0.1, 0.3, 2.0), (0.3, 0.28, 2.5))  # LossOptions' clip_low, clip_high, dual_clip
+# The one schedule of hyperparameter values (the bench's too): credax._batch.SCHEDULE, with a
+# default of three values derived from a float default for a hyperparameter it does not name.
 ENTRIES = [label for label, c in calls.ALL.items()
            if hasattr(getattr(credax, c.name), "with_body")]
-
-
-def _scheduled(signature, args, kwargs, i):
-    """The call's arguments with the i-th value of every scheduled hyperparameter."""
-    bound = signature.bind(*args, **kwargs)
-    for name in signature.parameters:
-        if name in SCHEDULE:
-            bound.arguments[name] = SCHEDULE[name][i]
-        elif name in SCALED:
-            bound.arguments[name] = np.asarray(bound.arguments[name], np.float32) * SCALED[name][i]
-        elif name == "normalization":
-            base = bound.arguments.get(name) or credax.Normalization()
-            bound.arguments[name] = base.replace(eps=EPS[i])
-        elif name == "options":
-            low, high, dual = CLIPS[i]
-            base = bound.arguments.get(name) or credax.LossOptions()
-            bound.arguments[name] = base.replace(clip_low=low, clip_high=high, dual_clip=dual)
-    return bound.args, bound.kwargs
 
 
 def test_every_entry_but_the_host_ones_is_swept():
@@ -131,16 +99,19 @@ def test_every_entry_but_the_host_ones_is_swept():
     assert host == {"discount_weights"}  # a plain function of (K, gamma): no jit of its own
 
 
-def test_schedule_names_every_numeric_hyperparameter():
-    # A hyperparameter with a float (or a tuple of floats) as its default must be scheduled, so
-    # the sweep changes it; int defaults are static options (history, before, num_roles).
-    missing = set()
+def test_every_numeric_hyperparameter_is_scheduled():
+    # A hyperparameter with a float (or a tuple of floats) as its default gets three distinct values
+    # (SCHEDULE's, or the default, its half and its quarter), so the sweep changes it; int
+    # defaults are static options (history, before, num_roles).
+    assert default_schedule(0.5) == (0.5, 0.25, 0.125)
+    assert default_schedule(0.0) == (0.0, 0.1, 0.2)
+    assert default_schedule((1.0, -2.0)) == ((1.0, -2.0), (0.5, -1.0), (0.25, -0.5))
+    assert default_schedule(2) is None and default_schedule(None) is None
     for label in ENTRIES:
         for name, p in inspect.signature(getattr(credax, calls.ALL[label].name)).parameters.items():
-            if type(p.default) is float or (type(p.default) is tuple and p.default
-                                            and all(type(v) is float for v in p.default)):
-                missing |= set() if name in SCHEDULE else {f"{label}({name})"}
-    assert not missing, f"add their values to SCHEDULE: {sorted(missing)}"
+            values = SCHEDULE.get(name) or default_schedule(p.default)
+            if type(p.default) is float or (type(p.default) is tuple and p.default):
+                assert values is not None and len(set(values)) == 3, (label, name, values)
 
 
 @pytest.mark.parametrize("label", ENTRIES)
@@ -153,9 +124,9 @@ def test_traces_once(label, traced_once):
     signature = inspect.signature(public)
     for i in range(3):
         batch = calls.example_batch(seed=i)  # new values and new ids, the same shapes
-        args, kwargs = _scheduled(signature, *c.args(batch), i)
+        args, kwargs = scheduled(signature, *c.args(batch), i)
         fn.lower(*args, **kwargs)
     # A Groups computed once hits the program of the raw ids (the conversion the call does).
     batch = batch._replace(group_ids=credax.groups(batch.group_ids))
-    args, kwargs = _scheduled(signature, *c.args(batch), 2)
+    args, kwargs = scheduled(signature, *c.args(batch), 2)
     fn.lower(*args, **kwargs)

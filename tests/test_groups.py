@@ -28,13 +28,6 @@ from credax import Normalization, presets
 from tests.probes import NAN, Probes, deprecated, nan_exactly, raises
 from tests.reference import groups as ref
 
-# The option sweeps still cover the deprecated center=False and singleton="center" (their results
-# must not change while deprecated); the warnings themselves are tested in test_normalization.py.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:`center=False` is deprecated:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:`singleton='center'` is deprecated:DeprecationWarning"),
-]
-
 NICE = (0.0, 0.35, 1.0 / 3.0, 0.95, 1.0, -2.5, 7.0)  # non-dyadic values on purpose
 GARBAGE = (math.nan, math.inf, -math.inf, 1e30, -3.0)
 ID_POOL = (-7, 0, 3, 5, 10**6, -(2**31), 2**31 - 1)

@@ -77,7 +77,7 @@ def verl_agent_max_diff(cases=200, seed=1):
         outcome, steps, anchors, mask, ids = random_hgpo_batch(rng)
         base_group = case % 2 == 1
         mode = "mean_norm" if case % 3 == 2 else "mean_std_norm"
-        preset = credax.presets.HGPO_VERL_AGENT
+        preset = credax.presets.hgpo_verl_agent.keywords
         norm = preset["normalization"].replace(scale="group" if mode == "mean_std_norm" else "none")
         kw = dict(preset, gamma=0.5, episode_group=base_group, normalization=norm)
         got = np.asarray(credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw).advantages)

@@ -21,13 +21,6 @@ from credax.testing import turn_batches
 from tests.probes import IDS4, M43, ROWS01, S4, S4_CLEAN, Probes, nan_exactly
 from tests.reference import tcpo as ref
 
-# The option sweeps still cover the deprecated center=False and singleton="center" (their results
-# must not change while deprecated); the warnings themselves are tested in test_normalization.py.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:`center=False` is deprecated:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:`singleton='center'` is deprecated:DeprecationWarning"),
-]
-
 NAN, INF = float("nan"), float("inf")
 VALUES = (0.0, 0.35, 1 / 3, 0.5, 0.95, 1.0, 2.0)
 SIZES = ((1, 1), (3, 4), (6, 3))

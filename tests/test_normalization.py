@@ -230,11 +230,11 @@ def test_preset_values_hand_written():
     assert presets.TRL.eps == 1e-4 and presets.TRL.singleton == "zero"
     assert presets.TRL_BATCH.scale == "batch" and presets.TRL_NONE.scale == "none"
     # HGPO's preset carries its normalisation as one value (verl-agent: population std, +1e-6).
-    hgpo = presets.HGPO_VERL_AGENT["normalization"]
+    hgpo = presets.hgpo_verl_agent.keywords["normalization"]
     assert isinstance(hgpo, Normalization)
     assert hgpo.asdict() == dict(center=True, scale="group", ddof=0, eps=1e-6, eps_mode="add",
                                  singleton="zero", leave_one_out=False)
-    assert not {"scale", "ddof", "eps"} & set(presets.HGPO_VERL_AGENT)
+    assert not {"scale", "ddof", "eps"} & set(presets.hgpo_verl_agent.keywords)
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,13 +27,6 @@ from credax import Normalization, presets
 from tests.probes import INF, NAN, Probes, deprecated, nan_exactly, raises, same_where
 from tests.reference import groups as ref
 
-# The option sweeps still cover the deprecated center=False and singleton="center" (their results
-# must not change while deprecated); the warnings themselves are tested in test_normalization.py.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:`center=False` is deprecated:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:`singleton='center'` is deprecated:DeprecationWarning"),
-]
-
 NICE = (0.0, 0.35, 1.0 / 3.0, 0.95, 1.0, -2.5)
 GARBAGE = (math.nan, math.inf, -math.inf, 1e30)
 PRESETS = {

@@ -364,8 +364,9 @@ def test_every_explained_method_runs_on_trls_batch():
     # The bridge reads its methods from credax's registry: each method credax.explain shows is
     # reachable, and gives finite per-token values that are exactly 0 off the turns.
     from credax import _registry
+    from credax.explain import EXPLAINED
 
-    explained = {short for short, call in _registry.EXPLAINED.items()
+    explained = {short for short, call in EXPLAINED.items()
                  if call.name in _registry.ESTIMATORS}
     assert explained <= set(credax.trl.credit_methods())
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])

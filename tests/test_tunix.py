@@ -7,6 +7,7 @@ in a fresh interpreter (tests/tunix_worker.py, about a minute), and is checked f
 
 from __future__ import annotations
 
+import inspect
 import json
 import pathlib
 import subprocess
@@ -220,8 +221,11 @@ def test_turns_from_mask_with_holes_hand_worked():
         [-1, -1, -1, 0, -1, -1], [0, 0, -1, -1, 1, -1], [-1] * 6, [0] * 6]
     assert t.turn_mask.tolist() == [[True, False], [True, True], [False, False], [True, False]]
     assert t.rewards.tolist() == [[2.0, 0.0], [0.25, 0.5], [0.0, 0.0], [1.0, 0.0]]
-    # scores: the running total of the rewards; outcome: their sum (the emptied row's are unused).
-    assert t.scores.tolist() == [[2.0, 0.0], [0.25, 0.75], [0.0, 0.0], [1.0, 0.0]]
+    # scores: each turn's reward (scores="reward", the default), their running total with
+    # scores="total"; outcome: their sum (the emptied row's are unused).
+    assert t.scores.tolist() == [[2.0, 0.0], [0.25, 0.5], [0.0, 0.0], [1.0, 0.0]]
+    total = ct.turns_from_mask(mask, [[2.0], [0.25, 0.5], [7.0, 7.0], [1.0]], scores="total")
+    assert total.scores.tolist() == [[2.0, 0.0], [0.25, 0.75], [0.0, 0.0], [1.0, 0.0]]
     assert t.outcome.tolist() == [2.0, 0.75, 0.0, 1.0]
     # The run-of-holes row trains at token 3 only; the emptied row at none.
     adv, narrowed = ct.turn_advantages(t, completion_mask=mask, num_generations=2, method="turn_baseline")
@@ -240,7 +244,7 @@ def test_turns_from_mask_with_holes_hand_worked():
      r"`completion_mask` must hold only 0 and 1; completion_mask\[0, 1\] = 2"),
     (np.array([[1.0, 0.0]]), [[1.0]], TypeError, "`completion_mask` must be a boolean or 0/1 integer"),
     (np.array([[1, 0]]), [[float("nan")]], ValueError, r"`turn_rewards\[0\]` must be finite"),
-    (np.array([[1, 0]]), [[1e39]], ValueError, r"`turn_rewards\[0\]` must be finite and within float32"),
+    (np.array([[1, 0]]), [[1e39]], ValueError, r"`turn_rewards\[0\]` holds 1e\+39.*beyond float32's range"),
     (np.array([[1, 0]]), [[1.0], [1.0]], ValueError, "`turn_rewards` must have one entry per row, 1"),
     (np.array([[1, 0]]), 3.0, TypeError, "`turn_rewards` must be a sequence"),
 ])
@@ -263,7 +267,9 @@ def test_turns_from_steps_hand_worked():
     assert t.token_turn.tolist() == [[0, 0, -1, 1, 1, 2], [0, 0, 0, -1, -1, -1]]
     assert t.turn_mask.tolist() == [[True, True, True], [True, False, False]]
     assert t.rewards.tolist() == [[0.5, 0.25, 1.0], [1.0, 0.0, 0.0]]
-    assert t.scores.tolist() == [[0.5, 0.75, 1.75], [1.0, 0.0, 0.0]] and t.outcome.tolist() == [1.75, 1.0]
+    assert t.scores.tolist() == [[0.5, 0.25, 1.0], [1.0, 0.0, 0.0]] and t.outcome.tolist() == [1.75, 1.0]
+    total = ct.turns_from_steps(steps, length=6, scores="total")
+    assert total.scores.tolist() == [[0.5, 0.75, 1.75], [1.0, 0.0, 0.0]]
     # Anchors are densified exactly, in order of first appearance; -1 on padded turns.
     assert t.anchors.tolist() == [[0, 1, 0], [0, -1, -1]]
     # Tunix's objects work the same as the "Steps"-mode dicts.
@@ -351,11 +357,12 @@ def _call(scores=None, turn_mask=None, token_turn=None, method="tcpo", completio
 @pytest.mark.parametrize("kwargs, error, match", [
     # int64 token_turn 2**32 wrapped to 0 under jnp.asarray (a valid turn): silently accepted.
     (dict(token_turn=np.full((2, 2), 2**32, np.int64)), ValueError,
-     r"`token_turn` must fit in int32; token_turn\[0, 0\] = 4294967296 would wrap"),
+     r"`token_turn` holds 4294967296 at index \(0, 0\), outside int32.*would wrap"),
     (dict(token_turn=np.zeros((2, 2))), TypeError, "`token_turn` must be an integer array"),
     (dict(scores=np.array([[np.nan], [0.0]])), ValueError,
      r"`scores` must be finite .* scores\[0, 0\] = nan"),
-    (dict(scores=np.array([[1e39], [0.0]])), ValueError, r"`scores` must be finite and within float32"),
+    (dict(scores=np.array([[1e39], [0.0]])), ValueError,
+     r"`scores` holds 1e\+39 at index \(0, 0\).*beyond float32's range"),
     (dict(scores=np.array([[True], [False]])), TypeError, "`scores` must be a real"),
     (dict(completion_mask=np.array([[1, 3], [1, 1]])), ValueError,
      "`completion_mask` must hold only 0 and 1"),
@@ -381,7 +388,7 @@ def test_scores_at_padded_turns_never_matter():
 @pytest.mark.parametrize("rewards, match", [
     (np.array([0.0, np.nan]), r"`rewards` must be finite .* rewards\[1\] = nan"),
     (np.array([0.0, np.inf]), "`rewards` must be finite"),
-    (np.array([0.0, 1e39]), "within float32"),
+    (np.array([0.0, 1e39]), "beyond float32's range"),
     (np.array([True, False]), "`rewards` must be a 1-D real array"),
 ])
 def test_estimator_rewards_probes(rewards, match):
@@ -438,6 +445,48 @@ def test_agentic_learner_trains_on_per_step_rewards(worker):
         # The state each step acted on: the reset observation, then each step's observation.
         assert all(len(s) == len(row) for s, row in zip(group["states"], steps, strict=True))
     assert multi_turn  # at least one trajectory took more than one turn
+
+
+# #44 item 7: Tunix's agentic learner fed TCPO the running totals of the step rewards (up to 1.42
+# and more on TinyTurnsEnv, whose rewards are per-turn scores in [0, 1]); TCPO is defined on
+# per-turn verifier scores in [0, 1], where its regression and preservation terms have their scale.
+def _agentic_steps():
+    # Two trajectories of TinyTurnsEnv-like steps: each reward is the share of new words (a score
+    # of the turn in [0, 1]); running totals 0.8, 1.5, 2.1 and 0.6, 1.1.
+    return _steps([(2, 1, 0.8), (2, 1, 0.7), (1, 0, 0.6)], [(2, 1, 0.6), (2, 0, 0.5)])
+
+
+def test_tcpo_gets_the_per_turn_scores_from_the_steps():
+    steps = _agentic_steps()
+    layout = ct.turns_from_steps(steps, length=9)
+    np.testing.assert_allclose(layout.scores, [[0.8, 0.7, 0.6], [0.6, 0.5, 0.0]], rtol=1e-6)
+    # What the learner trains on is TCPO of those scores, per token.
+    mask = (layout.token_turn >= 0).astype(int)
+    adv, _ = ct.learners.group_advantages(steps, [["a"] * 3, ["a"] * 2], mask)
+    tm = layout.turn_mask
+    per_turn = np.asarray(credax.tcpo_advantages(layout.scores, tm, np.zeros(2, np.int32)).advantages)
+    expected = np.where(layout.token_turn >= 0,
+                        per_turn[np.arange(2)[:, None], np.clip(layout.token_turn, 0, None)], 0.0)
+    np.testing.assert_allclose(np.asarray(adv), expected, atol=1e-6)
+
+
+def test_tcpo_refuses_scores_off_its_scale_by_name():
+    # The running totals (scores="total") leave [0, 1] here: refused with the way out, not trained
+    # on the wrong scale (a drop 1.5 -> 0.6 read as a regression of 0.9).
+    steps = _agentic_steps()
+    total = ct.turns_from_steps(steps, length=9, scores="total")
+    mask = (total.token_turn >= 0).astype(int)
+    with pytest.raises(ValueError, match=r"method 'tcpo' reads per-turn verifier scores in \[0, 1\]; "
+                                         r"scores\[0, 1\] = 1\.5\. .*scores='reward'"):
+        ct.turn_advantages(total, completion_mask=mask, num_generations=2, method="tcpo")
+    with pytest.raises(ValueError, match="method 'tcpo' reads per-turn verifier scores"):
+        ct.learners.group_advantages(steps, None, mask, scores="total")
+    # The reward methods read the rewards, whatever the scores.
+    ct.turn_advantages(total, completion_mask=mask, num_generations=2, method="turn_baseline")
+    with pytest.raises(ValueError, match=r"`scores` must be one of \('reward', 'total'\)"):
+        ct.turns_from_steps(steps, length=9, scores="running")
+    assert inspect.signature(ct.AgenticTurnCreditGRPOLearner.__init__).parameters[
+        "scores"].default == "reward"
 
 
 def test_rollouts_from_tunix_objects():

@@ -172,7 +172,7 @@ def value_baseline(ctx: Context, s: Settings) -> jax.Array:
 
 
 def hgpo(ctx: Context, s: Settings) -> jax.Array:
-    """HGPO with verl-agent's shipped configuration (``credax.presets.HGPO_VERL_AGENT``: history
+    """HGPO with verl-agent's shipped configuration (``credax.presets.hgpo_verl_agent``: history
     2, γ 0.95, level weights (k+1)^1, population std, no episode level), groups keyed on the
     last k anchor hashes within the prompt; step reward = score change, plus the episode's turn
     costs (``outcome − final score``: 0 on the probe task) on its last turn, so the undiscounted
@@ -180,7 +180,7 @@ def hgpo(ctx: Context, s: Settings) -> jax.Array:
     r = ctx.rollout
     step = _score_change(ctx) + outcome_rewards(r.turn_mask, ctx.outcome - final_score(r))
     return CALLS["hgpo_advantages"](turn_batch(ctx, turn_rewards=step),
-                                    **credax.presets.HGPO_VERL_AGENT)
+                                    fn=credax.presets.hgpo_verl_agent)
 
 
 def turn_baseline(ctx: Context, s: Settings) -> jax.Array:

@@ -4,6 +4,11 @@
 ``credax.verl`` and ``credax.bench`` turn their inputs into one and call the method registry
 (``credax._registry``) on it. ``credax.testing`` re-exports it (``credax.testing.TurnBatch``, the
 batch its checkers draw and report) together with :func:`describe_batch`.
+
+It also holds the one hyperparameter schedule (:data:`SCHEDULE`, :func:`scheduled`): three valid
+values of every numeric hyperparameter, which the bench sweep (``credax.bench.cases``) and the
+compile-once test (tests/test_dogfood.py) both read, so an entry of the registry needs no values
+of its own.
 """
 
 from __future__ import annotations
@@ -190,3 +195,80 @@ def example_batch(batch: int = 6, turns: int = 4, tokens: int = 8, *, seed: int 
         hidden=rng.normal(size=(B, T, hidden)).astype(f32),
         unembedding=(rng.normal(size=(hidden, vocab)) / np.sqrt(hidden)).astype(f32),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The hyperparameter schedule: three valid values of every numeric hyperparameter.
+# --------------------------------------------------------------------------------------------
+
+# Read by the bench sweep (``credax.bench.cases``: values 0 and 1, a traced option that must not
+# recompile) and by the compile-once test (tests/test_dogfood.py: all three, one trace). Keyed by
+# the hyperparameter's name in any public signature; a float hyperparameter not named here gets
+# :func:`default_schedule` of its default, so a new estimator needs no line here unless halving
+# its default would leave its valid range.
+SCHEDULE: dict[str, tuple] = {
+    "gamma": (0.9, 0.5, 1.0), "lam": (0.95, 0.5, 1.0), "token_gamma": (1.0, 0.9, 0.5),
+    "token_lam": (1.0, 0.8, 0.5), "omega": (1.0, 0.5, 2.0), "alpha": (0.05, 0.5, 1.0),
+    "turn_coef": (1.0, 0.5, 2.0), "success_threshold": (1.0, 0.9, 0.5),
+    "progress_weight": (1.0, 0.5, 2.0), "preservation_weight": (0.1, 0.0, 0.5),
+    "regression_weight": (1.0, 0.5, 2.0), "hindsight_weight": (1.0, 0.5, 0.25),
+    "counterfactual_weight": (1.0, 2.0, 0.5), "initial": (0.0, 0.1, 0.5),
+    "invalid_penalty": (0.1, 0.2, 0.5), "success_reward": (10.0, 5.0, 1.0),
+    "step_discount": (1.0, 0.9, 0.5), "f_norm": (1.0, 0.5, 2.0), "clip": (0.5, 0.2, 1.0),
+    "clamp": (20.0, 10.0, 5.0), "temperature": (1.0, 0.7, 1.3), "reaction_coef": (1.0, 0.5, 2.0),
+    "constants": ((1.0, 0.5, -0.1, -0.5), (2.0, 1.0, 0.0, -1.0), (0.5, 0.25, -0.05, -0.25)),
+}
+SCALED = {"weights": (1.0, 0.5, 2.0)}  # array hyperparameters (GDPO's [C], redistribution's [B, K])
+EPS = (1e-6, 1e-4, 0.0)  # a Normalization's eps (a leaf: same static fields, same program)
+# LossOptions' (clip_low, clip_high, dual_clip): leaves of the options value, same program.
+CLIPS = ((0.2, 0.2, 3.0), (0.1, 0.3, 2.0), (0.3, 0.28, 2.5))
+
+
+def default_schedule(default: Any) -> tuple | None:
+    """Three values of a hyperparameter that is not in :data:`SCHEDULE`, from its default: the
+    default, half and a quarter of it (0.0: 0.0, 0.1, 0.2); ``None`` for a non-float default
+    (ints are static options: history, before, num_roles)."""
+    if type(default) is float:
+        return (default, default / 2, default / 4) if default else (0.0, 0.1, 0.2)
+    if type(default) is tuple and default and all(type(v) is float for v in default):
+        return tuple(tuple(v * f for v in default) for f in (1.0, 0.5, 0.25))
+    return None
+
+
+def scheduled_options(signature, args: tuple, kwargs: dict, i: int) -> dict:
+    """The keywords of :func:`scheduled`'s call that the schedule set (those the call does not
+    give positionally): ``fn(*args, **{**kwargs, **scheduled_options(...)})`` is the ``i``-th
+    call of the schedule with the call's own positional arguments (what the bench times)."""
+    bound = signature.bind(*args, **kwargs)
+    positional = list(signature.parameters)[:len(args)]
+    new_args, new_kwargs = scheduled(signature, args, kwargs, i)
+    new = signature.bind(*new_args, **new_kwargs).arguments
+    return {name: value for name, value in new.items()
+            if name not in positional and value is not bound.arguments.get(name)}
+
+
+def scheduled(signature, args: tuple, kwargs: dict, i: int) -> tuple[tuple, dict]:
+    """The call ``(args, kwargs)`` of a function of ``signature`` with the ``i``-th value
+    (``0 <= i < 3``) of every numeric hyperparameter it has: :data:`SCHEDULE` (or
+    :func:`default_schedule`; an array the call gives, e.g. a per-row ``lam``, stays),
+    :data:`SCALED` arrays, a ``normalization``'s ``eps``
+    (:data:`EPS`) and a loss ``options``' clips (:data:`CLIPS`)."""
+    from ._loss_options import LossOptions
+    from ._normalization import Normalization
+
+    bound = signature.bind(*args, **kwargs)
+    for name, p in signature.parameters.items():
+        values = SCHEDULE.get(name) or default_schedule(p.default)
+        given = bound.arguments.get(name)
+        if values is not None and getattr(given, "ndim", 0) == 0:  # an array given stays (traced)
+            bound.arguments[name] = values[i]
+        elif name in SCALED:
+            bound.arguments[name] = np.asarray(bound.arguments[name], np.float32) * SCALED[name][i]
+        elif name == "normalization":
+            base = bound.arguments.get(name) or Normalization()
+            bound.arguments[name] = base.replace(eps=EPS[i])
+        elif name == "options":
+            low, high, dual = CLIPS[i]
+            base = bound.arguments.get(name) or LossOptions()
+            bound.arguments[name] = base.replace(clip_low=low, clip_high=high, dual_clip=dual)
+    return bound.args, bound.kwargs

@@ -193,7 +193,7 @@ def hgpo_advantages(
       (``hgpo_advantage_estimate``) in the verl-agent family. credax reproduces its grouping by
       (prompt, level, last-k observations), its population std, the ``L^α`` level weights
       normalised by ``Σw + eps`` over nonzero level advantages, and its ``base_group`` episode
-      level (``credax.presets.HGPO_VERL_AGENT`` is its shipped configuration). Where credax differs:
+      level (``credax.presets.hgpo_verl_agent`` is its shipped configuration). Where credax differs:
       a zero-spread group is exactly ``0`` (abstains); verl-agent's float mean of a constant
       non-dyadic group can leave a residue that then divides by ``eps`` and votes, and its float
       ``!= 0`` test can let a rounded mean vote or drop a genuine deviation below the rounding.

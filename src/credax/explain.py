@@ -40,22 +40,26 @@ by prompt id):
 =================  =================================================================
 ``grpo``           outcome advantage, the same on every turn of a rollout
 ``rloo``           leave-one-out outcome advantage, the same on every turn
-``gpg``            :func:`credax.gpg_advantages`: centred outcome, batch-scaled, every turn
-``tcpo``           :func:`credax.tcpo_advantages` of the per-turn scores
-``triage``         :func:`credax.triage_advantages`: GRPO + λ·role constant (judge labels)
-``mt_grpo``        :func:`credax.mt_grpo_advantages`: outcome + per-(prompt, turn) reward
-``faca``           :func:`credax.faca_advantages`: outcome + the reaction to the turn (its step
-                   reward), per (prompt, turn); none on the last turn
-``gigpo``          :func:`credax.gigpo_advantages`: episode + anchor-state step advantage
-``hgpo``           :func:`credax.hgpo_advantages`: history-group step advantages
-``g2po``           :func:`credax.g2po_advantages`: episode + state-graph edge advantage
-``unbiased_turn``  :func:`credax.unbiased_turn_advantages`: return to go minus the other
-                   rollouts' at the same turn
+``gpg``            centred outcome, batch-scaled, every turn
+``tcpo``           TCPO of the per-turn scores
+``triage``         GRPO + λ·role constant (judge labels)
+``mt_grpo``        outcome + per-(prompt, turn) reward
+``faca``           outcome + the reaction to the turn (its step reward), per (prompt,
+                   turn); none on the last turn
+``gigpo``          episode + anchor-state step advantage
+``hgpo``           history-group step advantages
+``pgpo``           the change of an anchor-state potential
+``g2po``           episode + state-graph edge advantage
+``redistribute``   GRPO spread over the turns by |step reward|, mean-preserving
+``unbiased_turn``  return to go minus the other rollouts' at the same turn
 =================  =================================================================
 
-Each method is the method registry's canonical call (``credax._registry``) on the rollouts as
-a :class:`credax.testing.TurnBatch` (:func:`turn_batch`: the outcome as the row's reward, the
+Method ``m`` is ``credax.<m>_advantages`` (``grpo``: :func:`credax.grpo_advantages`), called
+as the method registry's canonical call (``credax._registry``) on the rollouts as a
+:class:`credax.testing.TurnBatch` (:func:`turn_batch`: the outcome as the row's reward, the
 environment step rewards as the per-turn rewards, the anchors as the anchor states).
+:data:`SHOWN` holds the methods with the sentence the page says about each; a test checks this
+table against it.
 
 matplotlib is needed for the PNGs only (the ``explain`` extra of a clone:
 ``pip install '/path/to/credax[explain]'``); it is imported when the pictures are drawn, never by
@@ -82,7 +86,7 @@ import credax
 
 from ._batch import TurnBatch
 from ._readers import FORMATS, read_rollouts
-from ._registry import EXPLAINED, Call
+from ._registry import ALL, Call
 from ._roles import Role
 from ._rollouts import Rollout, RolloutBatch, Turn, pad_rollouts
 
@@ -105,13 +109,64 @@ def _method(call: Call) -> Callable[[RolloutBatch], object]:
     return per_turn
 
 
-# The registry's methods that give per-turn (or per-rollout) credit: credax._registry.
+# The methods the page shows, in its order: {short name m: one sentence for the page, what it
+# compares a turn with and what its sign means}. Method m is the registry's entry of
+# credax.<m>_advantages with credax's defaults; the module docstring's table lists the same names
+# (tests/test_explain_page.py checks it).
+SHOWN: dict[str, str] = {
+    "grpo": (
+        "GRPO: the rollout's outcome minus the mean outcome of its prompt group, divided by the "
+        "group's standard deviation; the same value on every turn of the rollout."),
+    "rloo": (
+        "RLOO: the rollout's outcome minus the mean outcome of the other rollouts of its prompt "
+        "(no division); the same value on every turn."),
+    "gpg": (
+        "GPG: the rollout's outcome minus its prompt group's mean, scaled by the batch's inverse "
+        "share of nonzero outcomes; the same value on every turn."),
+    "tcpo": (
+        "TCPO: each turn's credit from its verifier score (progress over the best score before "
+        "it, plus hindsight on turns that made none), z-scored over the same turn index of the "
+        "prompt group's rollouts."),
+    "triage": (
+        "TRIAGE: the GRPO value of the rollout plus 0.2 × a constant of the turn's judge role "
+        "(decisive +1, exploration +0.5, neutral -0.1, regression -0.5; unlabeled 0)."),
+    "mt_grpo": (
+        "MT-GRPO: the rollout's GRPO value plus the turn's reward z-scored over the same turn "
+        "index of the prompt group's rollouts."),
+    "faca": (
+        "FACA: the rollout's GRPO value plus the user's reaction to the turn (here its step "
+        "reward) z-scored over the same turn index of the prompt group's rollouts; the last turn "
+        "has no next user turn, no reaction: the GRPO value alone."),
+    "gigpo": (
+        "GiGPO: the rollout's GRPO value plus a step value: the turn's discounted return z-scored"
+        " over the turns of the prompt group that acted in the same anchor state."),
+    "hgpo": (
+        "HGPO: the turn's discounted return z-scored within the prompt group's turns that share "
+        "its last k anchor states (k = 1, 2, 3), the levels averaged with weights (k + 1); a "
+        "level where the turn's group is a singleton or has no spread abstains."),
+    "pgpo": (
+        "PGPO: the change of potential a turn caused, Φ(next state) - Φ(state), where Φ is the "
+        "mean discounted return of the prompt group's turns in that anchor state (the last turn: "
+        "its own return minus Φ)."),
+    "g2po": (
+        "G2PO: the rollout's normalised outcome plus the turn's edge in the prompt's graph of "
+        "anchor states: the value of the state it reached, normalised among the turns that left "
+        "the same state, plus its gain over the state it left (normalised)."),
+    "redistribute": (
+        "Redistribution (DRACO, VICT, IAPO, TASPO, FACTOR): the rollout's GRPO value spread over "
+        "its turns by per-turn weights (here |step reward|), mean-preserving: the turns' mean is "
+        "the GRPO value, each turn keeps its sign."),
+    "unbiased_turn": (
+        "Turn baseline (verl #7244): the turn's return to go (its reward and the later ones) "
+        "minus the mean return to go of the prompt group's other rollouts that reached the same "
+        "turn; unbiased under variable turn counts."),
+}
+EXPLAINED: dict[str, Call] = {m: ALL[f"{m}_advantages"] for m in SHOWN}
+# The methods: the registry's call of each, per turn (or per rollout, on every turn).
 METHODS: dict[str, Callable[[RolloutBatch], object]] = {
     m: _method(c) for m, c in EXPLAINED.items()}
+METHOD_NOTES: dict[str, str] = dict(SHOWN)
 _ROLE_LETTER = {int(r): r.name[0] for r in Role}
-
-# One sentence per method for the page: what it compares a turn with, and what its sign means.
-METHOD_NOTES: dict[str, str] = {m: c.note for m, c in EXPLAINED.items()}
 COLOUR_NOTE = ("Colour = advantage, on one scale for every heatmap of this page: blue = the method "
                "pushes the turn's tokens up (positive), red = down (negative), white = 0; hatched "
                "grey = the rollout has no such turn (padding, no value); a plain grey panel = the "
@@ -185,7 +240,9 @@ class Explained:
         return max([float(v.max()) for v in finite if v.size] + [1e-6])
 
 
-def _check_methods(methods: Sequence[str]) -> list[str]:
+def _check_methods(methods: str | Sequence[str]) -> list[str]:
+    if isinstance(methods, str):  # the CLI's form, "grpo,tcpo"
+        methods = methods.split(",")
     methods = [m.strip() for m in methods if m.strip()]
     if not methods:
         raise ValueError(f"`methods` is empty; choose from {sorted(METHODS)}.")
@@ -263,7 +320,7 @@ def _compute(call: Call, tb: TurnBatch, layout, present: dict[str, np.ndarray]):
     return layout.per_turn(out), parts, missing, "; ".join(lack.values()) or None
 
 
-def explain(rollouts: Sequence[Rollout], methods: Sequence[str] = ("grpo", "tcpo", "triage"),
+def explain(rollouts: Sequence[Rollout], methods: str | Sequence[str] = ("grpo", "tcpo", "triage"),
             ) -> Explained:
     """Per-turn credit of every rollout under each method (see the module docstring).
 
@@ -275,7 +332,8 @@ def explain(rollouts: Sequence[Rollout], methods: Sequence[str] = ("grpo", "tcpo
 
     Args:
       rollouts: the rollouts (e.g. from :func:`credax.read_rollouts`).
-      methods: names from ``METHODS`` (the table in the module docstring).
+      methods: names from ``METHODS`` (the table in the module docstring), as a sequence or as
+        the command line's comma-separated string (``"grpo,tcpo"``).
 
     Returns:
       an :class:`Explained`.
@@ -734,7 +792,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"reading {source}: {100 * done / total:5.1f}% ({done >> 20}/{total >> 20} MiB)")
 
     try:
-        methods = _check_methods(args.methods.split(","))
+        methods = _check_methods(args.methods)
         # Before reading or writing anything: a missing matplotlib or a bad --out fails here.
         _check_outputs(args.out, args.max_groups, args.max_rollouts, not args.no_heatmaps)
         rollouts = read_rollouts(source, format=args.format, progress=progress)

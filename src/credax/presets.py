@@ -5,10 +5,11 @@ normalisation options, so nothing falls back silently to a credax default. Pass 
 ``normalization=`` value of any estimator that normalises within groups,
 ``credax.grpo_advantages(rewards, ids, normalization=credax.presets.VERL)``; that is the only
 way (a ``Normalization`` is not a mapping: ``**credax.presets.VERL`` is a ``TypeError``). Change
-one field with ``presets.VERL.replace(eps=1e-4)``. ``HGPO_VERL_AGENT`` is a read-only mapping of
-``hgpo_advantages`` keywords (its ``normalization`` among them), passed as
-``hgpo_advantages(..., **presets.HGPO_VERL_AGENT)``. The tests check each preset against a
-hand-worked example of the peer's formula.
+one field with ``presets.VERL.replace(eps=1e-4)``. A preset that sets more than the
+normalisation is a variant of the function, a ``functools.partial`` with its own docstring (as
+optax writes its aliases): ``presets.hgpo_verl_agent(rewards, ...)`` is ``hgpo_advantages`` with
+verl-agent's options (``presets.hgpo_verl_agent.keywords`` lists them). The tests check each preset
+against a hand-worked example of the peer's formula.
 
 ===============  ===========================================================================
 preset           reproduces
@@ -20,8 +21,8 @@ preset           reproduces
                  ``(r - μ)/(σ + 1e-4)``.
 ``TRL_BATCH``    TRL ``scale_rewards="batch"``: group mean, std of the whole batch, ``+1e-4``.
 ``TRL_NONE``     TRL ``scale_rewards="none"`` (Dr. GRPO): ``r - μ``.
-``HGPO_VERL_AGENT`` (for ``hgpo_advantages``) verl-agent's shipped HGPO run: history 2, γ 0.95,
-                 ``mean_std_norm`` with population std, ``L^1`` level weights, no base group.
+``hgpo_verl_agent`` (a variant of ``hgpo_advantages``) verl-agent's shipped HGPO run: history 2,
+                 γ 0.95, ``mean_std_norm`` with population std, ``L^1`` level weights, no base group.
 ``TUNIX``        Tunix's core ``grpo`` estimator (``algo_core.compute_advantages``): unbiased
                  std, ``(r - μ)/(σ + 1e-6)`` (Tunix requires ``G >= 2``; a lone row gets ``0``).
 ``TUNIX_ORCHESTRATOR`` Tunix's experimental orchestrator ``GRPOAdapter.compute_advantages``:
@@ -60,52 +61,14 @@ preset                reproduces
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Mapping
-from typing import Any
 
 import numpy as np
 
+from ._hgpo import hgpo_advantages
 from ._loss_options import LossOptions
 from ._normalization import Normalization
-
-
-class Options(Mapping):
-    """A read-only mapping of keyword options (``fn(**preset)``), which copies, deep-copies and
-    pickles (a ``types.MappingProxyType`` refuses all three). Equal to a ``dict`` with the same
-    items. Only :data:`HGPO_VERL_AGENT` is one (the normalisation and loss presets are values).
-
-    Examples:
-      >>> import copy, pickle
-      >>> from credax import presets
-      >>> pickle.loads(pickle.dumps(presets.HGPO_VERL_AGENT)) == presets.HGPO_VERL_AGENT
-      True
-      >>> copy.deepcopy(presets.HGPO_VERL_AGENT)["history"]
-      2
-    """
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items: Mapping[str, Any]):
-        object.__setattr__(self, "_items", dict(items))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __setattr__(self, name, value):
-        raise AttributeError("preset options are read-only; build a new dict: {**preset, ...}")
-
-    def __reduce__(self):
-        return (type(self), (self._items,))
-
-    def __repr__(self) -> str:
-        return f"Options({self._items!r})"
 
 VERL = Normalization(scale="group", ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
 VERL_DR_GRPO = Normalization(scale="none", ddof=1, eps=1e-6, eps_mode="add", singleton="raw")
@@ -118,10 +81,37 @@ VPR = Normalization(scale="group", ddof=0, eps=1e-8, eps_mode="add", singleton="
 
 # verl-agent recipe/hgpo run scripts: history_length=2, mode="mean_std_norm", length_weight_alpha=1,
 # base_group=False, algorithm.gamma=0.95, epsilon 1e-6 (core_hgpo.py default).
-HGPO_VERL_AGENT = Options(
-    dict(history=2, gamma=0.95, alpha=1.0, episode_group=False, episode_pooling="step",
-         episode_singleton="raw", normalization=Normalization(scale="group", ddof=0, eps=1e-6))
-)
+hgpo_verl_agent = functools.partial(
+    hgpo_advantages, history=2, gamma=0.95, alpha=1.0, episode_group=False, episode_pooling="step",
+    episode_singleton="raw", normalization=Normalization(scale="group", ddof=0, eps=1e-6))
+hgpo_verl_agent.__doc__ = """:func:`credax.hgpo_advantages` with verl-agent's shipped HGPO run.
+
+verl-agent's ``recipe/hgpo`` scripts: ``history_length=2``, ``algorithm.gamma=0.95``,
+``mode="mean_std_norm"`` (population std, ``+1e-6``), ``length_weight_alpha=1``,
+``base_group=False``; ``episode_group=True`` turns on its ``base_group`` with verl-agent's episode
+statistics (``episode_pooling="step"``, ``episode_singleton="raw"``). Any keyword given overrides
+the preset's (``hgpo_verl_agent(..., gamma=0.5)``); ``hgpo_verl_agent.keywords`` holds them.
+
+Examples:
+  >>> import credax, jax.numpy as jnp
+  >>> from credax import presets
+  >>> r, steps = jnp.array([1.0, 0.0]), jnp.array([[0.0, 1.0], [0.0, 0.0]])
+  >>> anchors, mask, ids = jnp.array([[0, 1], [0, 1]]), jnp.ones((2, 2), bool), jnp.zeros(2, int)
+  >>> out = presets.hgpo_verl_agent(r, steps, anchors, mask, ids)
+  >>> same = credax.hgpo_advantages(r, steps, anchors, mask, ids, **presets.hgpo_verl_agent.keywords)
+  >>> bool((out.advantages == same.advantages).all()), presets.hgpo_verl_agent.keywords["history"]
+  (True, 2)
+"""
+
+
+def __getattr__(name: str):
+    if name == "HGPO_VERL_AGENT":  # the mapping of 0.1.x's presets
+        raise AttributeError(
+            "credax.presets.HGPO_VERL_AGENT is now credax.presets.hgpo_verl_agent, "
+            "hgpo_advantages with verl-agent's options (a functools.partial): call "
+            "presets.hgpo_verl_agent(rewards, step_rewards, anchor_ids, turn_mask, group_ids); its "
+            "options are presets.hgpo_verl_agent.keywords.")
+    raise AttributeError(f"module 'credax.presets' has no attribute {name!r}")
 
 
 # Tunix's two GRPO conventions (google-tunix 0.1.7, the `tunix` extra). The core estimator,
@@ -286,6 +276,6 @@ def _count(value, name: str) -> int:
 
 TRL_LOSS = trl_loss("dapo")  # TRL 1.16's defaults: loss_type dapo, bias-corrected KL; one process
 
-__all__ = ["HGPO_VERL_AGENT", "Options", "TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "TUNIX",
+__all__ = ["TRL", "TRL_BATCH", "TRL_LOSS", "TRL_NONE", "TUNIX",
            "TUNIX_ORCHESTRATOR", "VERL", "VERL_DR_GRPO", "VERL_GSPO_LOSS", "VERL_LOSS", "VPR", "trl",
-           "trl_loss"]
+           "hgpo_verl_agent", "trl_loss"]

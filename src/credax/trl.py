@@ -125,7 +125,9 @@ def _methods() -> dict[str, _registry.Call]:
     the registry's other entries are tools or calls with stand-in inputs, not methods to train
     with."""
     methods = {}
-    for short, call in _registry.EXPLAINED.items():
+    from credax.explain import EXPLAINED  # explain imports matplotlib only when it draws
+
+    for short, call in EXPLAINED.items():
         if call.name in _registry.ESTIMATORS:
             methods[short] = methods[call.name] = call
     return methods

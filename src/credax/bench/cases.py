@@ -733,10 +733,11 @@ def _sweep_name(label: str) -> str:
 def entry_points(env: Env, cfg: Config) -> list[Entry]:
     """Every public entry point of credax, with inputs at the sweep size of ``cfg``: every call of
     the method registry (``credax._registry``: each public array function and its forms) on
-    two batches of the same shape, the table's numeric option changed for the recompilation
-    check; then the layouts of ``groups`` and the host-side functions."""
+    two batches of the same shape, its numeric hyperparameters at the first value of the one
+    schedule (``credax._batch.SCHEDULE``, the compile-once test's) and changed to the second for
+    the recompilation check; then the layouts of ``groups`` and the host-side functions."""
     from credax import _registry as calls
-    from credax._batch import TurnBatch
+    from credax._batch import TurnBatch, scheduled_options
 
     credax, put = env.credax, env.put
     z = cfg.sweep
@@ -791,15 +792,22 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     def add(name, fn, x1, x2, kwargs=None, changed=None, jitted="auto"):
         out.append(Entry(name, fn, x1, x2, kwargs or {}, changed, jitted))
 
+    def tuned(fn, args, kwargs):
+        """The call's keywords at the schedule's first values, and its second values (the traced
+        options that must not recompile; ``None`` where the call has none)."""
+        signature = inspect.signature(fn)
+        first = {**kwargs, **scheduled_options(signature, args, kwargs, 0)}
+        return first, scheduled_options(signature, args, kwargs, 1) or None
+
     for label, c in calls.ALL.items():
         needs = set(c.needs)
         pair = ((l1, l2) if needs & _LM_FIELDS else (t1, t2) if needs & _TOKEN_FIELDS
                 else (a1, a2) if "alt_scores" in needs else (d1, d2))
         (args1, kwargs), (args2, _) = c.args(pair[0]), c.args(pair[1])
-        options, changed = c.tuning or ({}, None)
         sized = _SIZED_OPTIONS.get(label, lambda z: {})(z)
         fn = getattr(credax, c.name)
-        add(_sweep_name(label), fn, args1, args2, {**kwargs, **options, **sized}, changed)
+        options, changed = tuned(fn, args1, {**kwargs, **sized})
+        add(_sweep_name(label), fn, args1, args2, options, changed)
     # The contiguous layout of the ids (a Groups with group_size), and groups itself.
     ids1, ids2 = turns1.group_ids, turns2.group_ids
     c1 = credax.groups(np.repeat(np.arange(b // g_size), g_size), layout="contiguous",
@@ -807,7 +815,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     grpo, tcpo = calls.ESTIMATORS["grpo_advantages"], calls.ESTIMATORS["tcpo_advantages"]
     for name, c in (("grpo_advantages (contiguous)", grpo), ("tcpo_advantages (contiguous)", tcpo)):
         (x1, kw), (x2, _) = c.args(d1._replace(group_ids=c1)), c.args(d2._replace(group_ids=c1))
-        add(name, getattr(credax, c.name), x1, x2, {**kw, **c.tuning[0]}, c.tuning[1])
+        add(name, getattr(credax, c.name), x1, x2, *tuned(getattr(credax, c.name), x1, kw))
     add("groups (raw ids)", credax.groups, (put(ids1),), (put(ids2),),
         jitted=credax.groups.jitted)  # the hashing program (groups is a host function around it)
     order1, order2 = np.argsort(ids1, kind="stable"), np.argsort(ids2, kind="stable")

@@ -97,7 +97,10 @@ class Call(_registry.Call):
 
 
 # --------------------------------------------------------------------------------------------
-# The tests' metadata of each registry entry, by label (an entry absent here has none).
+# The tests' metadata of each registry entry, by label. What the registry says is derived: an
+# estimator (is_estimator) with one value per row or turn (level "row" or "turn") that is
+# group-local gets the COMMON invariants; META states the rest (a stronger claim, CENTRED; an
+# estimator the rule misjudges; the tools' checks; the shapes an annotation leaves free).
 # --------------------------------------------------------------------------------------------
 
 _V_FREE = (("unembedding", ("last",), "V is free (the tokens stay below it)"),)
@@ -111,20 +114,6 @@ META: dict[str, dict] = {
     "reinforce_pp_baseline_advantages": dict(
         free=(("response_mask", ("last",), "T is free: it sets the output length"),)),
     "tcpo_advantages": dict(checks=CENTRED),
-    "retrospective_credit": dict(checks=COMMON),
-    "hindsight_credit": dict(checks=COMMON),
-    "raw_score_credit": dict(checks=COMMON),
-    "adjacent_delta_credit": dict(checks=COMMON),
-    "role_credit": dict(checks=COMMON),
-    "triage_advantages": dict(checks=COMMON),
-    "scalar_process_advantages": dict(checks=COMMON),
-    "mt_grpo_advantages": dict(checks=COMMON),
-    "faca_advantages": dict(checks=COMMON),
-    "gigpo_advantages": dict(checks=COMMON),
-    "hgpo_advantages": dict(checks=COMMON),
-    "g2po_advantages": dict(checks=COMMON),
-    "pgpo_advantages": dict(checks=COMMON),
-    "redistribute_advantages": dict(checks=COMMON),
     "unbiased_turn_advantages": dict(checks=CENTRED),
     # Tools.
     "group_mean": dict(checks=COMMON),
@@ -154,8 +143,23 @@ if _UNKNOWN:  # a label that names no registry entry would drop its checks silen
     raise ValueError(f"credax.testing.calls.META: {sorted(_UNKNOWN)} are not registry labels.")
 
 
+def is_estimator(name: str) -> bool:
+    """Whether public function ``name`` returns advantages or credit (it belongs in ESTIMATORS)."""
+    return name.endswith(("_advantages", "_credit")) or name == "group_normalize"
+
+
+def derived_checks(label: str, entry: _registry.Call) -> tuple[str, ...]:
+    """The invariants the registry's facts imply for ``entry``: :data:`COMMON` for a group-local
+    estimator of one value per row or turn, none otherwise (batch statistics, token or other
+    shapes the checkers cannot state)."""
+    local_shape = entry.level in ("row", "turn") and entry.group_local is True
+    return COMMON if ":" not in label and is_estimator(entry.name) and local_shape else ()
+
+
 def _table(entries: Mapping[str, _registry.Call]) -> dict[str, Call]:
-    return {label: Call.of(entry, **META.get(label, {})) for label, entry in entries.items()}
+    return {label: Call.of(entry, **{"checks": derived_checks(label, entry),
+                                     **META.get(label, {})})
+            for label, entry in entries.items()}
 
 
 ESTIMATORS: dict[str, Call] = _table(_registry.ESTIMATORS)
@@ -163,10 +167,3 @@ TOOLS: dict[str, Call] = _table(_registry.TOOLS)
 VARIANTS: dict[str, Call] = _table(_registry.FORMS)
 CALLS: dict[str, Call] = {**ESTIMATORS, **TOOLS}
 ALL: dict[str, Call] = {**CALLS, **VARIANTS}
-# credax.explain's methods, in the table's order: {short name: entry}.
-EXPLAINED: dict[str, Call] = {c.explain: c for c in ALL.values() if c.explain is not None}
-
-
-def is_estimator(name: str) -> bool:
-    """Whether public function ``name`` returns advantages or credit (it belongs in ESTIMATORS)."""
-    return name.endswith(("_advantages", "_credit")) or name == "group_normalize"
