@@ -33,6 +33,8 @@ SUBJECTS = {
     "stepwise": {"mt_grpo_advantages", "gigpo_advantages", "hgpo_advantages", "HGPO",
                  "unbiased_turn_advantages", "g2po_advantages", "G2PO", "pgpo_advantages", "PGPO",
                  "redistribute_advantages", "faca_advantages"},
+    # Tree credit over parent links (docs/guides/tree.md).
+    "tree": {"tree_advantages", "TreeCredit", "validate_tree"},
     # Value-based credit (docs/guides/estimators.md).
     "values": {"gae_advantages", "GAE", "turn_gae_advantages", "TurnGAE", "turn_values",
                "TurnValues", "vapo_lambda", "value_loss", "ValueLoss", "vetta_advantages", "VETTA"},

@@ -174,6 +174,7 @@ INTEGRATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "unbiased_turn_advantages": dict(explain=("unbiased_turn",), lab=("turn_baseline",)),
     "gae_advantages": dict(lab=("value",)),
     "turn_gae_advantages": {},
+    "tree_advantages": {},
 }
 BRIDGES = ("explain", "verl", "tunix", "lab")
 

@@ -19,6 +19,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_g2po``     G2PO: the per-prompt state graph's edge advantages
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_pgpo``     PGPO: anchor-group potentials, credited as their difference
+* ``_tree``     tree credit over parent links: TreeRPO, Tree-GRPO, AReaL's tree discount
 * ``_redistribute`` a trajectory advantage redistributed over turns by per-turn weights
   (DRACO, VICT, IAPO, TASPO, FACTOR)
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
@@ -130,6 +131,9 @@ from ._triage import role_credit as role_credit
 from ._triage import scalar_process_advantages as scalar_process_advantages
 from ._triage import triage_advantages as triage_advantages
 from ._turn_baseline import unbiased_turn_advantages as unbiased_turn_advantages
+from ._tree import TreeCredit as TreeCredit
+from ._tree import tree_advantages as tree_advantages
+from ._tree import validate_tree as validate_tree
 from ._turns import best_prior as best_prior
 from ._turns import broadcast_to_tokens as broadcast_to_tokens
 from ._turns import discount_weights as discount_weights

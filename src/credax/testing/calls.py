@@ -126,6 +126,7 @@ META: dict[str, dict] = {
     "pgpo_advantages": dict(checks=COMMON),
     "redistribute_advantages": dict(checks=COMMON),
     "unbiased_turn_advantages": dict(checks=CENTRED),
+    "tree_advantages": dict(checks=CENTRED),
     # Tools.
     "group_mean": dict(checks=COMMON),
     "group_count": dict(free=(("mask", ("last", "axis"), "mask is `B *rest`: any trailing shape"),)),
