@@ -266,6 +266,11 @@ def test_padding_garbage_never_matters_nor_its_gradient(seed, options):
     assert (np.asarray(out.advantages)[~mask] == 0).all() and (np.asarray(out.values)[~mask] == 0).all()
 
 
+# Built once (a lambda made inside the test would compile again for every example).
+JITTED = jax.jit(lambda *x: credax.tree_advantages(*x))
+VMAPPED = jax.jit(jax.vmap(lambda *x: credax.tree_advantages(*x)))
+
+
 @given(seed=st.integers(0, 2**32 - 1))
 def test_rows_are_independent_jit_and_vmap(seed):
     rng = np.random.default_rng(seed)
@@ -279,8 +284,8 @@ def test_rows_are_independent_jit_and_vmap(seed):
     for a, b in zip(mixed, base, strict=True):
         np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b)[0])
     # jit inside the caller's jit, and vmap over a leading axis, agree with the plain call.
-    jitted = jax.jit(lambda *x: credax.tree_advantages(*x))(r, parent, mask)
-    stacked = jax.vmap(lambda *x: credax.tree_advantages(*x))(
+    jitted = JITTED(r, parent, mask)
+    stacked = VMAPPED(
         np.stack([r, other_r]), np.stack([parent, other_parent]), np.stack([mask, other_mask]))
     other = credax.tree_advantages(other_r, other_parent, other_mask)
     for a, b in zip(jitted, base, strict=True):
