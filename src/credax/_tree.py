@@ -246,10 +246,22 @@ def tree_advantages(
     r = r.astype(dt)
     f = _forest(par, valid)
 
+    columns = []
+    if baseline == "tree_grpo":
+        # Each leaf's trajectory advantage first (it reads the leaves and their roots only), so
+        # one pass of subtree sums carries the values and the advantages up together.
+        leaf_flat = f.leaf.reshape(-1)
+        r_leaf = jnp.where(f.leaf, r, zero).reshape(-1)
+        tree = (jnp.arange(rows, dtype=par.dtype)[:, None] * nodes + f.root).reshape(-1)
+        intra = normalize_with_groups(r_leaf, Groups(tree, rows * nodes), leaf_flat, opts)
+        row_prompt = jnp.broadcast_to(prompt[:, None], r.shape).reshape(-1)
+        inter = normalize_with_groups(r_leaf, Groups(row_prompt, num_prompts), leaf_flat, opts)
+        columns = [jnp.where(leaf_flat, intra + inter, zero).reshape(r.shape)]
     if values == "leaf_mean":
-        sums = _subtree_sums(jnp.stack([jnp.where(f.leaf, r, zero), f.leaf.astype(dt)], -1), f)
-        total, count = sums[..., 0], sums[..., 1]
-        v = _checks.safe_div(total, count, count > 0)
+        leaf_r, ones = jnp.where(f.leaf, r, zero), f.leaf.astype(dt)
+        sums = _subtree_sums(jnp.stack([leaf_r, ones, *columns], -1), f)
+        count = sums[..., 1]
+        v = _checks.safe_div(sums[..., 0], count, count > 0)
     else:
         g = _checks.scalar(gamma, dt, "gamma")
         fan = _gather(f.children, f.up, 0).astype(dt)  # children of each node's parent
@@ -257,20 +269,11 @@ def tree_advantages(
         v = _subtree_sums(jnp.where(valid, r, zero), f, edge)
     v = jnp.where(valid, v, zero)
 
-    flat_valid = valid.reshape(-1)
     if baseline == "siblings":
         adv = normalize_with_groups(v.reshape(-1), _sibling_groups(f, prompt, num_prompts),
-                                    flat_valid, opts).reshape(r.shape)
-    else:
-        leaf_flat = f.leaf.reshape(-1)
-        r_leaf = jnp.where(f.leaf, r, zero).reshape(-1)
-        tree = (jnp.arange(rows, dtype=par.dtype)[:, None] * nodes + f.root).reshape(-1)
-        intra = normalize_with_groups(r_leaf, Groups(tree, rows * nodes), leaf_flat, opts)
-        row_prompt = jnp.broadcast_to(prompt[:, None], r.shape).reshape(-1)
-        inter = normalize_with_groups(r_leaf, Groups(row_prompt, num_prompts), leaf_flat, opts)
-        per_leaf = jnp.where(leaf_flat, intra + inter, zero).reshape(r.shape)
-        sums = _subtree_sums(jnp.stack([per_leaf, f.leaf.astype(dt)], -1), f)
-        adv = _checks.safe_div(sums[..., 0], sums[..., 1], sums[..., 1] > 0)
+                                    valid.reshape(-1), opts).reshape(r.shape)
+    else:  # the mean advantage of the trajectories through the node
+        adv = _checks.safe_div(sums[..., 2], count, count > 0)
 
     nan = jnp.full((), jnp.nan, dt)
     adv = jnp.where(valid, jnp.where(f.bad_row, nan, adv), zero)
