@@ -202,8 +202,8 @@ def tree_advantages(
       >>> parent = jnp.array([[-1, 0, 0, 1, 1]])
       >>> r = jnp.array([[0.0, 0.0, 1.0, 1.0, 0.0]])
       >>> out = credax.tree_advantages(r, parent, jnp.ones((1, 5), bool))
-      >>> out.values.tolist()     # V(1) = mean(1, 0), V(0) = mean(1, 0, 1)
-      [[0.6666666865348877, 0.5, 1.0, 1.0, 0.0]]
+      >>> out.values     # V(1) = mean(1, 0), V(0) = mean(1, 0, 1)
+      Array([[0.6666667, 0.5      , 1.       , 1.       , 0.       ]], dtype=float32)
       >>> out.advantages.tolist()   # siblings (1, 2): ∓0.25; (3, 4): ±0.5; the lone root: 0
       [[0.0, -0.25, 0.25, 0.5, -0.5]]
       >>> token_node = jnp.array([[-1, 0, 1, 1, 3, -1, 2]])   # one row of tokens per prompt
