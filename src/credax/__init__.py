@@ -121,6 +121,9 @@ from ._tcpo import raw_score_credit as raw_score_credit
 from ._tcpo import retrospective_credit as retrospective_credit
 from ._tcpo import select_top_surprisal as select_top_surprisal
 from ._tcpo import tcpo_advantages as tcpo_advantages
+from ._tree import TreeCredit as TreeCredit
+from ._tree import tree_advantages as tree_advantages
+from ._tree import validate_tree as validate_tree
 from ._triage import TRIAGE_ROLE_CONSTANTS as TRIAGE_ROLE_CONSTANTS
 from ._triage import RoleFit as RoleFit
 from ._triage import Windows as Windows
@@ -131,9 +134,6 @@ from ._triage import role_credit as role_credit
 from ._triage import scalar_process_advantages as scalar_process_advantages
 from ._triage import triage_advantages as triage_advantages
 from ._turn_baseline import unbiased_turn_advantages as unbiased_turn_advantages
-from ._tree import TreeCredit as TreeCredit
-from ._tree import tree_advantages as tree_advantages
-from ._tree import validate_tree as validate_tree
 from ._turns import best_prior as best_prior
 from ._turns import broadcast_to_tokens as broadcast_to_tokens
 from ._turns import discount_weights as discount_weights

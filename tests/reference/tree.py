@@ -60,7 +60,7 @@ def _sibling_advantages(values, parent, mask, group_ids, **norm):
         for p in members:
             kids, row_roots = _children(parent, mask, p)
             roots += [(p, n) for n in row_roots]
-            for n, cs in kids.items():
+            for cs in kids.values():
                 for c, a in zip(cs, _norm([values[p, c] for c in cs], **norm), strict=True):
                     adv[p, c] = a
         for (p, n), a in zip(roots, _norm([values[p, n] for p, n in roots], **norm), strict=True):
