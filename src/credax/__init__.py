@@ -19,6 +19,7 @@ Every public name is re-exported here, one line each. Where the math lives:
 * ``_g2po``     G2PO: the per-prompt state graph's edge advantages
 * ``_hgpo``     HGPO: hierarchical history groups nested in the prompt
 * ``_pgpo``     PGPO: anchor-group potentials, credited as their difference
+* ``_tree``     tree credit over parent links: TreeRPO, Tree-GRPO, AReaL's tree discount
 * ``_redistribute`` a trajectory advantage redistributed over turns by per-turn weights
   (DRACO, VICT, IAPO, TASPO, FACTOR)
 * ``_shrinkage`` James–Stein shrinkage baselines for GRPO and RLOO
@@ -120,6 +121,9 @@ from ._tcpo import raw_score_credit as raw_score_credit
 from ._tcpo import retrospective_credit as retrospective_credit
 from ._tcpo import select_top_surprisal as select_top_surprisal
 from ._tcpo import tcpo_advantages as tcpo_advantages
+from ._tree import TreeCredit as TreeCredit
+from ._tree import tree_advantages as tree_advantages
+from ._tree import validate_tree as validate_tree
 from ._triage import TRIAGE_ROLE_CONSTANTS as TRIAGE_ROLE_CONSTANTS
 from ._triage import RoleFit as RoleFit
 from ._triage import Windows as Windows

@@ -153,6 +153,18 @@ def _tcpo(b, ns):
     return _args(b.scores, b.turn_mask, b.group_ids, **alternatives)
 
 
+def _chains(b, ns):
+    """``tree_advantages`` on a flat batch: each row a chain of its turns (turn ``k``'s parent is
+    ``k - 1``), the outcome on its last turn, the prompt in ``group_ids`` (a prompt's first turns
+    are siblings). A TurnBatch has no parent links, so the rows share nothing but the prompt:
+    TreeRPO then credits the first turn with Dr. GRPO's ``r - mean(r)`` and the rest, lone
+    children, with 0."""
+    mask = b.turn_mask & b.row_mask[:, None]
+    last = mask & ~jnp.concatenate([mask[:, 1:], jnp.zeros_like(mask[:, :1])], axis=1)
+    parent = jnp.broadcast_to(jnp.arange(-1, mask.shape[1] - 1, dtype=jnp.int32), mask.shape)
+    return _args(jnp.where(last, b.rewards[:, None], 0.0), parent, mask, group_ids=b.group_ids)
+
+
 _advantages = lambda out: out.advantages  # noqa: E731
 _credit = lambda out: out.credit  # noqa: E731
 
@@ -231,6 +243,7 @@ _ESTIMATORS = [
           lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome),
                                          jnp.abs(b.turn_rewards), b.turn_mask),
           "turn", needs=("turn_rewards",), group_local=True),
+    _call("tree_advantages", _chains, "turn", output=_advantages, group_local=True),
     # Per-turn rewards and their returns to go.
     _call("unbiased_turn_advantages",
           lambda b, ns: _args(b.turn_rewards, b.turn_mask, b.group_ids), "turn",

@@ -833,6 +833,9 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         (alt2, am, turns2.scores), jitted=None)
     add("validate_roles", credax.validate_roles, (turns1.roles, np_m),
         (turns2.roles, turns2.turn_mask), jitted=None)
+    tree = calls.ESTIMATORS["tree_advantages"]  # its forests: each row a chain of its turns
+    forest1, forest2 = (tuple(map(np.asarray, tree.args(x)[0])) for x in (turns1, turns2))
+    add("validate_tree", credax.validate_tree, forest1, forest2, jitted=None)
     labels = [["D", "E", "N", "R"][: 1 + i % 4] for i in range(min(b, 256))]
     add("parse_roles", credax.parse_roles, (labels,), (labels,), {"num_turns": 4}, jitted=None)
     covered = {e.fn for e in out}

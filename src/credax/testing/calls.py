@@ -115,6 +115,7 @@ META: dict[str, dict] = {
         free=(("response_mask", ("last",), "T is free: it sets the output length"),)),
     "tcpo_advantages": dict(checks=CENTRED),
     "unbiased_turn_advantages": dict(checks=CENTRED),
+    "tree_advantages": dict(checks=CENTRED),
     # Tools.
     "group_mean": dict(checks=COMMON),
     "group_count": dict(free=(("mask", ("last", "axis"), "mask is `B *rest`: any trailing shape"),)),
