@@ -231,12 +231,12 @@ def test_fused_head_equals_liger(liger_grpo, loss_type, level, kl):
     beta = 0.0 if kl == "none" else 0.15
     delta = 1.25 if loss_type in CLIPPED and kl == "k3" else None
     knobs = KNOBS.get(loss_type, {})
-    liger_knobs = {("epsilon_high" if k == "epsilon_high" else k): v for k, v in knobs.items()}
+    # Liger's constructor takes TRL's names for these knobs (epsilon_high, sapo_*, vespo_*).
     module = liger_grpo(beta=beta, compiled=False, use_ref_model=beta != 0, chunk_size=2,
-                        epsilon_low=0.2, epsilon_high=liger_knobs.pop("epsilon_high", 0.2),
                         loss_type=loss_type, max_completion_length=MAX_COMPLETION_LENGTH,
                         importance_sampling_level=level, delta=delta,
-                        use_bias_correction_kl=kl == "k3_bias", **liger_knobs)
+                        use_bias_correction_kl=kl == "k3_bias",
+                        **{"epsilon_low": 0.2, "epsilon_high": 0.2, **knobs})
     h = torch.tensor(hidden, requires_grad=True)
     wt = torch.tensor(w.T.copy(), requires_grad=True)   # Liger's weight is [V, D]
     loss, _ = module(h, wt, torch.tensor(tokens), torch.tensor(mask, dtype=torch.long),

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import credax
+from credax import presets
 from tests.reference import losses as ref
 
 B, T, D, V = 3, 7, 4, 11
@@ -325,3 +326,29 @@ def test_hyperparameter_and_temperature_gradients_equal_the_composition():
     assert float(jnp.abs(two[-1])) > 0 and float(jnp.abs(two[4])) > 0   # temperature, normalizer
     for x, y in zip(fused, two, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cispo", "sapo", "vespo", "luspo"])
+def test_nnx_runs_every_loss_type_fused_and_unfused(name):
+    # credax.nnx passes the options through: the fused path (two-pass where the loss couples a
+    # row) equals the two-call path under nnx.value_and_grad for each new loss type.
+    from flax import nnx
+
+    import credax.nnx as cnnx
+    from tests.test_nnx import TinyLM, _batch, hidden_pair
+
+    options = presets.trl_loss(name, num_rows=4, epsilon_high=1.1 if name == "cispo" else None,
+                               importance_sampling_level="sequence" if name == "luspo" else "token")
+    model = TinyLM(17, 8, rngs=nnx.Rngs(5))
+    batch = _batch(model, seed=5, noise=0.3)
+
+    def grad(**kw):
+        fn = functools.partial(cnnx.policy_loss_fn, apply=hidden_pair, chunk_size=3,
+                               options=options, **kw)
+        return nnx.jit(nnx.value_and_grad(fn, has_aux=True))(model, batch)
+
+    (loss, _), g = grad()
+    (loss_f, _), g_f = grad(fused=True)
+    np.testing.assert_allclose(loss_f, loss, rtol=1e-5, atol=1e-7)
+    for a, b in zip(jax.tree.leaves(g_f), jax.tree.leaves(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
