@@ -159,21 +159,28 @@ def test_policy_loss_equals_trl(trl_loss_fn, loss_type, level, kl):
     np.testing.assert_allclose(grad, want_grad, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("rollout_is", ["token", "sequence"])
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_policy_loss_equals_trl_per_token_advantages_and_rollout_weights(trl_loss_fn, loss_type):
+def test_policy_loss_equals_trl_per_token_advantages_and_rollout_weights(trl_loss_fn, loss_type,
+                                                                         rollout_is):
     # (B, T) advantages (TRL's subclass hook) and TRL's vLLM importance weights: credax's
-    # rollout_logp with a token-level truncation, multiplied into the loss, or (VESPO) folded into
-    # the sequence weight.
+    # rollout_logp with a token- or sequence-level truncation (TRL's (B, T) or (B, 1) ratio),
+    # multiplied into the loss, or (VESPO) folded into the sequence weight.
     logp, old, adv, mask, ref, roll = _batch(100 + LOSS_TYPES.index(loss_type),
                                              token_advantages=True)
     threshold = 1.2
-    is_weight = _truncated_weight(old, roll, mask, threshold)
+    if rollout_is == "token":
+        is_weight = _truncated_weight(old, roll, mask, threshold)
+    else:  # one weight per row: min(exp(Σ_t (old - rollout)), C), its log-sum clamped to ±20
+        row = np.clip(np.where(mask, old - roll, 0.0).sum(-1, keepdims=True), -20, 20)
+        is_weight = np.minimum(np.exp(row), threshold)
     knobs = KNOBS.get(loss_type, {})
     want, want_grad = _trl(trl_loss_fn, (logp, old, adv, mask, ref, is_weight), loss_type,
                            level="token", beta=0.1, bias_kl=True, delta=None, rollout_is=True,
                            items=mask.sum(), **knobs)
     options = presets.trl_loss(loss_type, num_rows=B, max_completion_length=MAX_COMPLETION_LENGTH,
-                               **knobs).replace(kl_coef=0.1, rollout_is_threshold=threshold)
+                               **knobs).replace(kl_coef=0.1, rollout_is_threshold=threshold,
+                                                rollout_is=rollout_is)
     loss, grad = _credax_logp(logp, old, adv, mask, ref, options, rollout_logp=roll)
     np.testing.assert_allclose(loss, want, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(grad, want_grad, rtol=RTOL, atol=ATOL)

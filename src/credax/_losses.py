@@ -707,7 +707,6 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
 
     # The per-token objective, its clip bounds for the metrics, and whether the rollout weights
     # still multiply it (VESPO folds them into its sequence weight instead, as TRL and Liger do).
-    surrogate = options.surrogate
     low = 1 - scalar("clip_low")
     high = 1 + scalar("clip_high")
     negative = adv < 0
@@ -715,7 +714,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     # and 0 · -inf would be NaN).
     lp_term = jnp.where(impossible, jnp.zeros_like(lp), lp)
     zero = jnp.zeros((), dtype)
-    if surrogate == "clip":
+    if options.surrogate == "clip":
         # torch.clamp's gradient (full on the bound), then max's even split of ties as torch.maximum.
         unclipped = r if options.ratio_cap is None else _checks.clip_closed(
             r, jnp.zeros((), dtype), scalar("ratio_cap"))
@@ -723,10 +722,10 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         if options.dual_clip is not None:
             token_loss = jnp.where(negative, jnp.minimum(token_loss, -adv * scalar("dual_clip")),
                                    token_loss)
-    elif surrogate == "cispo":
+    elif options.surrogate == "cispo":
         # A constant weight min(r, ε_max) on the REINFORCE term: every token keeps a gradient.
         token_loss = -sg(jnp.minimum(r, scalar("cispo_max"))) * adv * lp_term
-    elif surrogate == "sapo":
+    elif options.surrogate == "sapo":
         tau = jnp.where(adv > 0, scalar("sapo_tau_pos"), scalar("sapo_tau_neg"))
         token_loss = -jax.nn.sigmoid(tau * (r - 1)) * (4 / tau) * adv
     else:  # vespo
@@ -751,7 +750,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         # A weight beyond float's range is dropped (0), as TRL's nan_to_num(posinf=0) does.
         phi = jnp.where(phi == jnp.inf, jnp.zeros_like(phi), phi)
         token_loss = -phi * adv * lp_term
-    if rollout_logp is not None and surrogate != "vespo":
+    if rollout_logp is not None and options.surrogate != "vespo":
         token_loss = token_loss * is_w
     pg = aggregate_values(token_loss, mask, options.agg, options.normalizer)
 
@@ -790,7 +789,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     def fraction(cond):
         return token_mean(cond.astype(dtype))
 
-    if surrogate == "clip":
+    if options.surrogate == "clip":
         clip_low_frac = fraction(negative & (rv < low))
         clip_high_frac = fraction((adv > 0) & (rv > high))
         bound = (scalar("dual_clip") if options.dual_clip is not None else
@@ -801,7 +800,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         # cispo_clip_ratio); SAPO and VESPO have no hard bound.
         clip_low_frac = dual_frac = zero
         clip_high_frac = (fraction((adv > 0) & (rv > scalar("cispo_max")))
-                          if surrogate == "cispo" else zero)
+                          if options.surrogate == "cispo" else zero)
     metrics = PolicyMetrics(
         policy_loss=sg(pg),
         kl=sg(kl),
