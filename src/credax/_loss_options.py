@@ -237,10 +237,9 @@ class LossOptions:
         default 1.0 and 1.05).
       vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg: VESPO's gamma shape
         (``k >= 0``) and rate (``λ > 0``) for ``A >= 0`` and ``A < 0`` (default 2, 3, 3, 2).
-
-      A surrogate's own fields are ``None`` unless it is the chosen ``surrogate`` (then ``None``
-      takes the default above): ``LossOptions(surrogate="sapo").sapo_tau_neg`` is 1.05, and
-      ``LossOptions(cispo_max=5.0)`` (the surrogate left at ``"clip"``) is an error naming it.
+        A surrogate's own fields are ``None`` unless it is the chosen ``surrogate`` (then ``None``
+        takes the default): ``LossOptions(surrogate="sapo").sapo_tau_neg`` is 1.05, and
+        ``LossOptions(cispo_max=5.0)`` (the surrogate left at ``"clip"``) is an error naming it.
 
     Raises:
       ValueError: an unknown mode; a concrete number out of its range, NaN, or finite as a double

@@ -336,10 +336,9 @@ class PolicyMetrics(NamedTuple):
       clip_frac_high: fraction with ``A > 0`` and ``ratio > 1 + clip_high``: the high bound binds
         (``surrogate="cispo"``: ``ratio > cispo_max``, TRL's ``cispo_clip_ratio``).
       dual_clip_frac: fraction with ``A < 0`` and ``ratio > dual_clip``: the dual clip binds
-        (``0`` without dual clip).
-
-      The three clip fractions are ``0`` with ``surrogate="sapo"`` or ``"vespo"`` (no hard bound),
-      and ``clip_frac_low`` and ``dual_clip_frac`` with ``"cispo"``.
+        (``0`` without dual clip); the three clip fractions are ``0`` with
+        ``surrogate="sapo"`` or ``"vespo"`` (no hard bound), and ``clip_frac_low`` and this one
+        with ``"cispo"``.
       approx_kl: mean over valid tokens of ``r - 1 - log r``, ``r = π/π_old`` per token: the k3
         estimate of ``KL(π_old || π)``, never negative (verl's ``ppo_kl`` is the k1 mean
         ``mean(old_logp - logp)``).
