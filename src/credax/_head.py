@@ -217,10 +217,10 @@ def policy_loss_from_hidden(
     GEMM 1 runs. A sequence ratio (``ratio="sequence"``: GSPO, LUSPO) and VESPO's sequence weight
     make a token's gradient depend on the whole row: there a forward-only scan computes every
     log-prob first and each chunk's ``g`` is taken at them, four GEMMs a chunk (as many as the
-    composition's, still without ``[B, T, V]`` logits). Temporaries: a few ``[B, c, V]`` buffers and the ``[D, V]`` float32 gradient
-    accumulator; the ``[B, T, V]`` logits never exist. The per-chunk ``g`` evaluates the loss body
-    on ``[B, T]`` arrays once per chunk: ``O(B·T)`` elementwise work a chunk, nothing next to a
-    GEMM of ``B·c·D·V``.
+    composition's, still without ``[B, T, V]`` logits). Temporaries: a few ``[B, c, V]`` buffers
+    and the ``[D, V]`` float32 gradient accumulator; the ``[B, T, V]`` logits never exist. The
+    per-chunk ``g`` evaluates the loss body on ``[B, T]`` arrays once per chunk: ``O(B·T)``
+    elementwise work a chunk, nothing next to a GEMM of ``B·c·D·V``.
 
     ``T`` need not be a multiple of ``c`` (the last chunk is padded and masked internally; errors
     quote the shapes as given). ``T = 0`` gives what :func:`policy_loss` gives an empty mask:
