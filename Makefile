@@ -8,6 +8,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP  := $(VENV)/.installed-test
 VERL_PIN    := verl==0.9.1
+LIGER_PIN   := liger-kernel==0.8.5
 
 .PHONY: test demo bench bench-nohuge bench-gpu bench-gpu-host lint clean docs docs-serve notebooks
 
@@ -24,11 +25,12 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	touch $(BENCH_STAMP)
 
 # The suite also tests credax.torch, credax.verl, credax.tunix and credax.trl against the real
-# torch, verl, Tunix and TRL: the torch, verl, tunix and trl extras, then verl itself without its
-# declared (heavy, GPU-training) dependencies.
+# torch, verl, Tunix and TRL, and the loss types against TRL and Liger: the torch, verl, tunix and
+# trl extras, then verl and Liger themselves without their declared (heavy, GPU-training)
+# dependencies.
 $(TEST_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,torch,verl,tunix,trl]'
-	$(PY) -m pip install --quiet --no-deps '$(VERL_PIN)'
+	$(PY) -m pip install --quiet --no-deps '$(VERL_PIN)' '$(LIGER_PIN)'
 	touch $(TEST_STAMP)
 
 # A worker compiles thousands of XLA programs, each holding memory mappings: at the kernel's

@@ -90,6 +90,9 @@ def test_a_pytree_numbers_as_leaves_modes_as_aux_data():
     leaves, treedef = jax.tree_util.tree_flatten(opts)
     assert leaves == [0.2, 0.2, 3.0, 0.1, 2.0, 0.0, 20.0]  # None fields have no leaf
     assert jax.tree_util.tree_unflatten(treedef, leaves) == opts
+    # A surrogate's own fields are leaves only when it is chosen.
+    sapo = credax.LossOptions(surrogate="sapo", sapo_tau_neg=1.5)
+    assert jax.tree_util.tree_leaves(sapo) == [0.2, 0.2, 0.0, 2.0, 0.0, 20.0, 1.0, 1.5]
     # A schedule of a numeric field does not recompile; a mode does.
     f = jax.jit(lambda o: credax.policy_loss(LOGP, OLD, ADV, MASK, options=o).loss)
     f(credax.LossOptions(clip_low=0.1))
@@ -233,7 +236,8 @@ def test_numbers_of_the_wrong_kind_are_named(key, value):
 
 
 @pytest.mark.parametrize("key, value", [("agg", "mean"), ("agg", None), ("ratio", "seq"),
-                                        ("kl_estimator", "k4"), ("rollout_is", True)])
+                                        ("kl_estimator", "k4"), ("rollout_is", True),
+                                        ("surrogate", "luspo"), ("surrogate", None)])
 def test_unknown_modes_are_named(key, value):
     with pytest.raises(ValueError, match=rf"`{key}` must be one of"):
         credax.LossOptions(**{key: value})
@@ -244,12 +248,42 @@ def test_unknown_modes_are_named(key, value):
     (dict(dual_clip=1.0), "dual_clip"), (dict(kl_coef=-0.1), "kl_coef"),
     (dict(normalizer=0), "normalizer"), (dict(log_ratio_clamp=(0.5, 1.0)), "log_ratio_clamp"),
     (dict(ratio_cap=2.0, dual_clip=3.0), "ratio_cap"),
+    (dict(surrogate="cispo", ratio_cap=2.0), "`ratio_cap` bounds the clipped surrogate"),
+    (dict(surrogate="vespo", dual_clip=3.0), "`dual_clip` bounds the clipped surrogate"),
+    (dict(cispo_max=5.0), r"`cispo_max` is a field of `surrogate='cispo'`"),
+    (dict(surrogate="sapo", vespo_k_pos=1.0), r"`vespo_k_pos` is a field of `surrogate='vespo'`"),
+    (dict(surrogate="cispo", cispo_max=0.0), "cispo_max"),
+    (dict(surrogate="sapo", sapo_tau_pos=-1.0), "sapo_tau_pos"),
+    (dict(surrogate="sapo", sapo_tau_neg=math.inf), "sapo_tau_neg"),
+    (dict(surrogate="vespo", vespo_k_neg=-0.5), "vespo_k_neg"),
+    (dict(surrogate="vespo", vespo_lambda_pos=0.0), "vespo_lambda_pos"),
+    (dict(surrogate="vespo", vespo_lambda_neg=math.nan), "vespo_lambda_neg"),
     (dict(agg="seq-mean-token-sum-norm"), "needs `normalizer`"),
     (dict(agg="token-sum", normalizer=3.0), "no denominator"),
 ])
 def test_ranges_and_pairs_are_checked_when_built(fields, match):
     with pytest.raises(ValueError, match=match):
         credax.LossOptions(**fields)
+
+
+def test_a_surrogates_fields_take_their_defaults_when_it_is_chosen():
+    # TRL 1.16's defaults (CISPO's cap: ScaleRL's ε_max = 5; TRL falls back to `epsilon`).
+    assert credax.LossOptions().cispo_max is None
+    assert credax.LossOptions(surrogate="cispo").cispo_max == 5.0
+    sapo = credax.LossOptions(surrogate="sapo")
+    assert (sapo.sapo_tau_pos, sapo.sapo_tau_neg) == (1.0, 1.05)
+    vespo = credax.LossOptions(surrogate="vespo", vespo_k_neg=4.0)
+    assert (vespo.vespo_k_pos, vespo.vespo_lambda_pos, vespo.vespo_k_neg,
+            vespo.vespo_lambda_neg) == (2.0, 3.0, 4.0, 2.0)
+    # Switching surrogate: the old one's fields go back to None by name.
+    with pytest.raises(ValueError, match="`sapo_tau_pos` is a field"):
+        sapo.replace(surrogate="cispo")
+    assert sapo.replace(surrogate="cispo", sapo_tau_pos=None, sapo_tau_neg=None).cispo_max == 5.0
+    # A schedule of a surrogate's field does not recompile.
+    f = jax.jit(lambda o: credax.policy_loss(LOGP, OLD, ADV, MASK, options=o).loss)
+    f(credax.LossOptions(surrogate="sapo", sapo_tau_neg=1.1))
+    f(credax.LossOptions(surrogate="sapo", sapo_tau_neg=1.3))
+    assert f._cache_size() == 1
 
 
 def test_traced_fields_are_used_as_given():
@@ -296,11 +330,36 @@ def test_a_temperature_that_float32_breaks_is_refused(temperature):
     (dict(loss_type="dapo", epsilon_high=-0.2), ValueError, "epsilon_high"),
     (dict(loss_type="dapo", delta=0.5), ValueError, "delta"),
     (dict(loss_type="dapo", use_bias_correction_kl="false"), TypeError, "use_bias_correction_kl"),
+    (dict(loss_type="gspo"), ValueError, "loss_type"),
+    (dict(loss_type="sapo", sapo_temperature_pos=0.0), ValueError, "sapo_temperature_pos"),
+    (dict(loss_type="sapo", sapo_temperature_neg=-1.0), ValueError, "sapo_temperature_neg"),
+    (dict(loss_type="sapo", sapo_temperature_neg="1"), TypeError, "sapo_temperature_neg"),
+    (dict(loss_type="vespo", vespo_k_pos=-1.0), ValueError, "vespo_k_pos"),
+    (dict(loss_type="vespo", vespo_lambda_neg=None), TypeError, "vespo_lambda_neg"),
 ])
 def test_trl_loss_checks_every_argument_by_name(kwargs, exc, match):
     # Before: num_processes=0 was a ZeroDivisionError, the rest passed into the options.
     with pytest.raises(exc, match=rf"`{match}`"):
         presets.trl_loss(**kwargs)
+
+
+def test_trl_loss_maps_the_new_loss_types():
+    # TRL 1.16's config -> credax's fields (grpo_trainer._compute_loss, read for its rules).
+    cispo = presets.trl_loss("cispo", epsilon_high=5.0, num_items_in_batch=40, delta=2.0)
+    assert (cispo.surrogate, cispo.cispo_max, cispo.agg, cispo.normalizer) == (
+        "cispo", 5.0, "token-mean", 40.0)
+    assert cispo.ratio_cap is None                      # TRL ignores delta for cispo
+    assert presets.trl_loss("cispo").cispo_max == 0.2   # TRL's fallback: epsilon
+    sapo = presets.trl_loss("sapo", num_rows=6, sapo_temperature_neg=2.0)
+    assert (sapo.surrogate, sapo.agg, sapo.normalizer, sapo.sapo_tau_pos, sapo.sapo_tau_neg) == (
+        "sapo", "seq-mean-token-mean", 6, 1.0, 2.0)
+    luspo = presets.trl_loss("luspo", num_rows=6, importance_sampling_level="sequence", delta=2.0)
+    assert (luspo.surrogate, luspo.ratio, luspo.agg, luspo.normalizer, luspo.ratio_cap) == (
+        "clip", "sequence", "seq-mean-token-sum", 6, 2.0)
+    vespo = presets.trl_loss("vespo", vespo_lambda_pos=0.0, vespo_k_neg=1.0)
+    assert (vespo.surrogate, vespo.agg, vespo.vespo_lambda_pos, vespo.vespo_k_neg,
+            vespo.vespo_k_pos, vespo.vespo_lambda_neg) == ("vespo", "token-mean", 1e-4, 1.0,
+                                                            2.0, 2.0)  # TRL's λ floor 1e-4
 
 
 def test_trl_loss_accepts_whole_counts_of_any_type():

@@ -1067,6 +1067,154 @@ def _():
     np.testing.assert_allclose(jax.grad(f)(lp), [1 - np.exp(x)], rtol=1e-5)
 
 
+# The surrogates other than the clip (CISPO, SAPO, VESPO): empty input, impossible tokens, their
+# bounds. Each case's value worked by hand in its comment.
+SURROGATES = {"cispo": dict(surrogate="cispo"), "sapo": dict(surrogate="sapo"),
+              "vespo": dict(surrogate="vespo")}
+
+
+def _surrogate_loss_and_grad(lp, old, adv, mask, options, **arrays):
+    def f(x):
+        return credax.policy_loss(x, old, adv, mask, options=options, **arrays)
+
+    out = f(jnp.asarray(lp))
+    return out, jax.grad(lambda x: f(x).loss)(jnp.asarray(lp))
+
+
+@probe("contract", "surrogates_empty_mask")
+def _():
+    # No trained token: loss 0, zero gradient and zero metrics for every surrogate, the KL term,
+    # the rollout correction (folded into VESPO's weight) and a sequence ratio included.
+    lp = np.full((2, 3), -1.0, np.float32)
+    for name, fields in SURROGATES.items():
+        for ratio in ("token", "sequence"):
+            opts = credax.LossOptions(**fields, ratio=ratio, kl_coef=0.5, kl_ratio_weight=True)
+            out, grad = _surrogate_loss_and_grad(lp, lp - 0.3, np.ones(2, np.float32),
+                                                 np.zeros((2, 3), bool), opts, ref_logp=lp + 0.2,
+                                                 rollout_logp=lp - 0.1)
+            assert float(out.loss) == 0.0, name
+            assert not np.any(np.asarray(grad)), name
+            assert all(float(m) == 0.0 for m in out.metrics), name
+
+
+@probe("contract", "surrogates_empty_row")
+def _():
+    # A row with no trained token changes nothing (token-mean): its tokens are not counted and
+    # VESPO's weight of an empty row (log W = 0) multiplies no token.
+    rng = np.random.default_rng(0)
+    lp = rng.uniform(-2, -0.5, (2, 3)).astype(np.float32)
+    old = (lp + rng.uniform(-0.3, 0.3, (2, 3))).astype(np.float32)
+    adv = np.array([1.0, -0.5], np.float32)
+    mask = np.array([[True, True, False], [True, False, True]])
+    pad = lambda x, v: np.concatenate([x, np.full((1, 3), v, x.dtype)])  # noqa: E731
+    for name, fields in SURROGATES.items():
+        opts = credax.LossOptions(**fields)
+        a, ga = _surrogate_loss_and_grad(lp, old, adv, mask, opts)
+        b, gb = _surrogate_loss_and_grad(pad(lp, NAN), pad(old, NAN), np.append(adv, 7.0),
+                                         pad(mask, False), opts)
+        np.testing.assert_allclose(b.loss, a.loss, rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(gb[:2], ga, rtol=1e-6, err_msg=name)
+        assert not np.any(np.asarray(gb[2])), name
+
+
+@probe("neg_inf", "surrogates_impossible_token")
+def _():
+    # Token 0: logp = old_logp = -inf (impossible under both: loss 0, gradient 0, not 0·-inf =
+    # NaN); token 1 on-policy, logp = -1, A = 1, N = 2 tokens:
+    #   cispo: ℓ = -min(1, 5)·1·(-1) = 1           -> loss 1/2;  dℓ/dlogp = -1      -> -1/2
+    #   sapo:  ℓ = -(4/1)·σ(0)·1 = -2              -> loss -1;   dℓ/dlogp = -4σ(0)(1-σ(0))·r = -1 -> -1/2
+    #   vespo: log W = 0 + 0, φ(1) = 1, ℓ = 1      -> loss 1/2;  dℓ/dlogp = -φ·A = -1 -> -1/2
+    want = {"cispo": 0.5, "sapo": -1.0, "vespo": 0.5}
+    for name, fields in SURROGATES.items():
+        out, grad = _surrogate_loss_and_grad(NEG_INF_LP, NEG_INF_LP, ONES12, MASK12,
+                                             credax.LossOptions(**fields))
+        assert float(out.loss) == want[name], name
+        np.testing.assert_array_equal(grad, [[0.0, -0.5]], err_msg=name)
+
+
+@probe("neg_inf", "surrogates_new_policy_neg_inf")
+def _():
+    # logp = -inf at a trained token, old = 0, A = 1. CISPO and VESPO weight the log-likelihood
+    # itself: ℓ = -w·A·logp = +inf (an honest infinity, as the objective is), their gradient -w·A
+    # stays finite: CISPO w = min(e^-20, 5) (the log-ratio clamped at -20); VESPO log W is
+    # clamped to log 1e-8, φ = exp(3 + 2·log 1e-8 - 3e-8). SAPO's value is finite:
+    # -(4/1)·σ(e^-20 - 1) and its gradient 0 beyond the log-ratio clamp.
+    f = lambda lp, o: credax.policy_loss(lp, np.zeros((1, 1), np.float32),  # noqa: E731
+                                         np.ones((1, 1), np.float32), np.ones((1, 1), bool),
+                                         options=o).loss
+    lp = jnp.array([[-INF]])
+    for name, w in (("cispo", np.exp(-20.0)), ("vespo", np.exp(3 + 2 * np.log(1e-8) - 3e-8))):
+        opts = credax.LossOptions(**SURROGATES[name])
+        assert float(f(lp, opts)) == INF, name
+        np.testing.assert_allclose(jax.grad(f)(lp, opts), [[-w]], rtol=1e-5, err_msg=name)
+    sapo = credax.LossOptions(surrogate="sapo")
+    np.testing.assert_allclose(f(lp, sapo), -4 / (1 + np.exp(1 - np.exp(-20.0))), rtol=1e-6)
+    assert float(jax.grad(f)(lp, sapo)[0, 0]) == 0.0
+
+
+@probe("tie", "cispo_cap")
+def _():
+    # r = cispo_max exactly (r = exp(0.2) in float32, cap R_TIE): the weight is min(r, cap) = cap
+    # either way, a constant: dℓ/dlogp = -cap·A. Beyond the cap the gradient stays -cap·A (CISPO
+    # never zeroes a token, unlike the clip), and the cap counts as binding only beyond it.
+    for log_r in (0.2, 0.5):
+        out, grad = _surrogate_loss_and_grad(
+            np.full((1, 1), log_r, np.float32), np.zeros((1, 1), np.float32),
+            np.ones((1, 1), np.float32), np.ones((1, 1), bool),
+            credax.LossOptions(surrogate="cispo", cispo_max=float(R_TIE)))
+        np.testing.assert_allclose(grad, [[-R_TIE]], rtol=1e-6)
+        np.testing.assert_allclose(out.loss, -R_TIE * log_r, rtol=1e-6)
+        assert float(out.metrics.clip_frac_high) == (0.0 if log_r == 0.2 else 1.0)
+
+
+@probe("tie", "sapo_on_policy")
+def _():
+    # r = 1: the gate's gradient factor 4σ(0)(1 - σ(0)) = 1 for any τ, so dℓ/dlogp = -A exactly
+    # (the policy gradient), for A > 0 (τ_pos) and A < 0 (τ_neg); the value is -(2/τ)·A.
+    for adv, tau in ((1.0, 0.7), (-2.0, 3.0)):
+        out, grad = _surrogate_loss_and_grad(
+            np.full((1, 1), -1.0, np.float32), np.full((1, 1), -1.0, np.float32),
+            np.full((1, 1), adv, np.float32), np.ones((1, 1), bool),
+            credax.LossOptions(surrogate="sapo", sapo_tau_pos=0.7, sapo_tau_neg=3.0))
+        np.testing.assert_allclose(grad, [[-adv]], rtol=1e-6)
+        np.testing.assert_allclose(out.loss, -2 / tau * adv, rtol=1e-6)
+
+
+@probe("tie", "vespo_weight_bounds")
+def _():
+    # φ(W) = W^k e^{λ(1 - W)}: exactly 1 at W = 1 (log W = 0.3 - 0.3); log W is clamped to
+    # [log 1e-8, 20], so a row summing to 25 has the weight of one summing to 20 (and 1e-9 that
+    # of 1e-8). φ is a constant: dℓ/dlogp = -φ·A at every token. k = 0.5, λ = 0.01 keep φ(e^20)
+    # finite: exp(0.01 + 10 - 0.01·e^20).
+    opts = credax.LossOptions(surrogate="vespo", vespo_k_pos=0.5, vespo_lambda_pos=0.01)
+
+    def grad_at(log_ratios):
+        lr = np.asarray([log_ratios], np.float32)
+        return _surrogate_loss_and_grad(lr - 1.0, np.full_like(lr, -1.0), np.ones(1, np.float32),
+                                        np.ones(lr.shape, bool), opts)[1]
+
+    np.testing.assert_array_equal(grad_at([0.3, -0.3]), [[-0.5, -0.5]])
+    phi = lambda log_w: np.exp(0.01 + 0.5 * log_w - 0.01 * np.exp(log_w))  # noqa: E731
+    np.testing.assert_allclose(grad_at([12.5, 12.5]), grad_at([10.0, 10.0]), rtol=1e-6)
+    np.testing.assert_allclose(grad_at([10.0, 10.0]), [[-phi(20.0) / 2] * 2], rtol=1e-4)
+    np.testing.assert_allclose(grad_at([-10.0, -10.0]), [[-phi(np.log(1e-8)) / 2] * 2],
+                               rtol=1e-4)
+
+
+@probe("f32", "vespo_weight_overflow_dropped")
+def _():
+    # k = 100, λ = 1e-3, log W = 10: log φ = 1e-3 + 1000 - 1e-3·e^10 ≈ 978, beyond float32's
+    # exp: that row's weight is dropped (0), as TRL's nan_to_num(posinf=0) drops it; the other
+    # row (log W = 0, φ = 1, A = 1, logp = -1 on its 2 tokens of N = 4) gives loss 2/4.
+    lp = np.array([[4.0, 4.0], [-1.0, -1.0]], np.float32)
+    old = np.array([[-1.0, -1.0], [-1.0, -1.0]], np.float32)
+    opts = credax.LossOptions(surrogate="vespo", vespo_k_pos=100.0, vespo_lambda_pos=1e-3)
+    out, grad = _surrogate_loss_and_grad(lp, old, np.ones(2, np.float32), np.ones((2, 2), bool),
+                                         opts)
+    assert float(out.loss) == 0.5
+    np.testing.assert_array_equal(grad, [[0.0, 0.0], [-0.25, -0.25]])
+
+
 # --------------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import credax
+from credax import presets
 from tests.reference import losses as ref
 
 B, T, D, V = 3, 7, 4, 11
@@ -135,6 +136,19 @@ COMPOSITION_CASES = {
     "log_ratio_clamp_pair": dict(log_ratio_clamp=(-0.1, 0.15)),
     "normalizer": dict(normalizer=5.0),
     "temperature": dict(temperature=1.3, agg="seq-mean-token-sum"),
+    # A token's gradient depends on its row here: the two-pass scan.
+    "sequence_ratio": dict(ratio="sequence", agg="seq-mean-token-mean"),
+    "sequence_ratio_kl_weight": dict(ratio="sequence", ref_logp=True, kl_coef=0.3,
+                                     kl_ratio_weight=True, log_ratio_clamp=(-float("inf"), 10.0)),
+    "luspo": dict(ratio="sequence", agg="seq-mean-token-sum", normalizer=4.0, ratio_cap=1.3),
+    "cispo": dict(surrogate="cispo", cispo_max=1.1, ref_logp=True, kl_coef=0.2,
+                  kl_ratio_weight=True),
+    "sapo": dict(surrogate="sapo", sapo_tau_pos=0.7, sapo_tau_neg=2.0,
+                 agg="seq-mean-token-mean"),
+    "sapo_sequence": dict(surrogate="sapo", ratio="sequence"),
+    "vespo": dict(surrogate="vespo", ref_logp=True, kl_coef=0.1),
+    "vespo_turns_rollout": dict(surrogate="vespo", turn=True, rollout=True,
+                                rollout_is_threshold=1.2),
 }
 
 
@@ -190,9 +204,6 @@ def test_bfloat16_inputs_match_the_composition():
 
 def test_unsupported_options_raise_naming_them():
     hidden, w, tokens, mask, adv, old, _ = _data()
-    with pytest.raises(ValueError, match="`ratio='sequence'`"):
-        credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask,
-                                       options=credax.LossOptions(ratio="sequence"))
     with pytest.raises(ValueError, match="`entropy`"):
         credax.policy_loss_from_hidden(hidden, w, tokens, old, adv, mask, entropy=np.zeros((B, T)),
                                        options=credax.LossOptions(entropy_coef=0.01))
@@ -315,3 +326,29 @@ def test_hyperparameter_and_temperature_gradients_equal_the_composition():
     assert float(jnp.abs(two[-1])) > 0 and float(jnp.abs(two[4])) > 0   # temperature, normalizer
     for x, y in zip(fused, two, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cispo", "sapo", "vespo", "luspo"])
+def test_nnx_runs_every_loss_type_fused_and_unfused(name):
+    # credax.nnx passes the options through: the fused path (two-pass where the loss couples a
+    # row) equals the two-call path under nnx.value_and_grad for each new loss type.
+    from flax import nnx
+
+    import credax.nnx as cnnx
+    from tests.test_nnx import TinyLM, _batch, hidden_pair
+
+    options = presets.trl_loss(name, num_rows=4, epsilon_high=1.1 if name == "cispo" else None,
+                               importance_sampling_level="sequence" if name == "luspo" else "token")
+    model = TinyLM(17, 8, rngs=nnx.Rngs(5))
+    batch = _batch(model, seed=5, noise=0.3)
+
+    def grad(**kw):
+        fn = functools.partial(cnnx.policy_loss_fn, apply=hidden_pair, chunk_size=3,
+                               options=options, **kw)
+        return nnx.jit(nnx.value_and_grad(fn, has_aux=True))(model, batch)
+
+    (loss, _), g = grad()
+    (loss_f, _), g_f = grad(fused=True)
+    np.testing.assert_allclose(loss_f, loss, rtol=1e-5, atol=1e-7)
+    for a, b in zip(jax.tree.leaves(g_f), jax.tree.leaves(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -8,7 +8,9 @@ on the mask only (every aggregation mode is ``Σ_{b,t} w_{b,t} ℓ(logp_{b,t})``
 gradient ``∂L/∂logp_{b,t}`` is known the moment its log-prob is: :func:`policy_loss_from_hidden`
 computes it inside the forward scan, chunk by chunk, and with it the chunk's ``d h`` and its share
 of ``d W`` (Liger-Kernel's fused linear losses compute their gradients in the forward pass the same
-way). Three GEMMs a chunk, the floor; the backward pass only scales the stored gradients.
+way). Three GEMMs a chunk, the floor; the backward pass only scales the stored gradients. Where a
+token's gradient depends on its whole row (a sequence ratio, VESPO's sequence weight) a
+forward-only scan first computes every log-prob: four GEMMs a chunk there.
 """
 
 from __future__ import annotations
@@ -66,10 +68,16 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
     def loss_of(lp_chunks):  # [n, B, c] log-probs -> the scalar loss
         return _loss(lp_chunks, loss_args).loss
 
-    # Positions outside the chunk being differentiated hold the behaviour policy's log-probs
-    # (ratio 1, finite): with a per-token ratio their values do not enter the chunk's gradient.
-    base = _chunks_of(_checks.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
-                      num_chunks, chunk_size)
+    if with_grad and _couples_rows(loss_args["options"]):
+        # A sequence ratio or VESPO's sequence weight makes a token's gradient depend on its whole
+        # row: a first, forward-only pass (GEMM 1 a chunk) gives every log-prob, and each chunk's
+        # gradient below is taken at the true log-probs of the others: four GEMMs a chunk.
+        base, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False)
+    else:
+        # Positions outside the chunk being differentiated hold the behaviour policy's log-probs
+        # (ratio 1, finite): with a per-token loss their values do not enter the chunk's gradient.
+        base = _chunks_of(_checks.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
+                          num_chunks, chunk_size)
 
     def step(carry, xs):
         index, h, tok, m = xs
@@ -100,6 +108,11 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
     xs = (jnp.arange(num_chunks), hidden, tokens, valid)
     carry, (lp, dh) = jax.lax.scan(step, init, xs)
     return lp, dh, carry
+
+
+def _couples_rows(options: LossOptions) -> bool:
+    """Whether a token's ``∂L/∂logp`` depends on the other tokens' log-probs of its row."""
+    return options.ratio == "sequence" or options.surrogate == "vespo"
 
 
 def _chunks_of(x, num_chunks, chunk_size):  # [B, n*c, ...] -> [n, B, c, ...]
@@ -186,7 +199,7 @@ def policy_loss_from_hidden(
     Equals ``policy_loss(token_logprobs_from_hidden(hidden, unembedding, tokens, mask=mask,
     chunk_size=c, temperature=T), old_logp, advantages, mask, options=options, ...)`` — value,
     metrics and the gradients w.r.t. ``hidden`` and ``unembedding`` — up to float summation order,
-    with every option of :func:`policy_loss` but ``ratio="sequence"`` and ``entropy``.
+    with every option of :func:`policy_loss` but ``entropy``.
 
     How: with a per-token ratio the loss is ``Σ_{b,t} w_{b,t} ℓ_{b,t}(logp_{b,t})`` where the
     weights ``w`` depend on the mask alone (``1/N`` for token-mean, ``1/(n_b S)`` for
@@ -201,10 +214,13 @@ def policy_loss_from_hidden(
     hyperparameters (``normalizer``, ``kl_coef``, the clip bounds, ``temperature``) are the
     composition's too, the loss body's at the computed log-probs (the temperature's from one more
     reduction a chunk, only when a temperature is given). Without differentiation only
-    GEMM 1 runs. Temporaries: a few ``[B, c, V]`` buffers and the ``[D, V]`` float32 gradient
-    accumulator; the ``[B, T, V]`` logits never exist. The per-chunk ``g`` evaluates the loss body
-    on ``[B, T]`` arrays once per chunk: ``O(B·T)`` elementwise work a chunk, nothing next to a
-    GEMM of ``B·c·D·V``.
+    GEMM 1 runs. A sequence ratio (``ratio="sequence"``: GSPO, LUSPO) and VESPO's sequence weight
+    make a token's gradient depend on the whole row: there a forward-only scan computes every
+    log-prob first and each chunk's ``g`` is taken at them, four GEMMs a chunk (as many as the
+    composition's, still without ``[B, T, V]`` logits). Temporaries: a few ``[B, c, V]`` buffers
+    and the ``[D, V]`` float32 gradient accumulator; the ``[B, T, V]`` logits never exist. The
+    per-chunk ``g`` evaluates the loss body on ``[B, T]`` arrays once per chunk: ``O(B·T)``
+    elementwise work a chunk, nothing next to a GEMM of ``B·c·D·V``.
 
     ``T`` need not be a multiple of ``c`` (the last chunk is padded and masked internally; errors
     quote the shapes as given). ``T = 0`` gives what :func:`policy_loss` gives an empty mask:
@@ -226,9 +242,8 @@ def policy_loss_from_hidden(
       chunk_size: static; positions per chunk (``None``: one chunk of the whole sequence).
       temperature: optional sampling temperature ``T > 0`` (may be traced), as in
         :func:`token_logprobs_from_hidden`.
-      options: a :class:`credax.LossOptions`, as in :func:`policy_loss`, but ``ratio`` only
-        ``"token"``: GSPO's sequence ratio couples a row's tokens, so no token's gradient is known
-        before the whole row is; use the two-call composition for it.
+      options: a :class:`credax.LossOptions`, as in :func:`policy_loss` (every ``surrogate``,
+        both ``ratio`` levels).
       ref_logp, token_turn, rollout_logp: as in :func:`policy_loss`.
       entropy: not supported (an entropy bonus needs the entropy's own gradient to the logits);
         use ``token_logprobs_from_hidden(..., with_entropy=True)`` and :func:`policy_loss`.
@@ -239,7 +254,7 @@ def policy_loss_from_hidden(
       such a token sends no gradient, as in the composition.
 
     Raises:
-      ValueError: ``ratio="sequence"`` or an ``entropy`` (unsupported, named); everything
+      ValueError: an ``entropy`` (unsupported, named); everything
         :func:`policy_loss` and :func:`token_logprobs_from_hidden` raise for (shapes,
         ``chunk_size < 1``, hyperparameters out of range, concrete out-of-range token ids).
       TypeError: non-integer ``tokens``, non-boolean ``mask``, a non-int ``chunk_size``.
@@ -264,12 +279,6 @@ def policy_loss_from_hidden(
       Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models" (arXiv 2411.09009).
     """
     options = as_loss_options(options)
-    if options.ratio != "token":
-        raise ValueError(
-            f"`ratio={options.ratio!r}` is not supported by policy_loss_from_hidden: a sequence "
-            "ratio couples every token of a row, so no token's gradient is known in the forward "
-            "pass. Use policy_loss(token_logprobs_from_hidden(..., chunk_size=c), ..., "
-            "options=options) with `ratio='sequence'`.")
     if entropy is not None:
         raise ValueError(
             "`entropy` is not supported by policy_loss_from_hidden (an entropy bonus needs the "

@@ -30,17 +30,35 @@ AGG_MODES = (
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 RATIO_LEVELS = ("token", "sequence")
 ROLLOUT_IS_LEVELS = ("token", "sequence")
+# The per-token objective (``_losses._surrogate``): PPO's clipped ratio, or one of the 2025-26
+# alternatives TRL 1.16 and Liger 0.8.5 ship (LUSPO is "clip" with a sequence ratio and the
+# length-weighted `seq-mean-token-sum` aggregation: ``presets.trl_loss("luspo")``).
+SURROGATES = ("clip", "cispo", "sapo", "vespo")
 # verl's clamp of the log-ratio before exp (core_algos ``compute_policy_loss_vanilla``, ``kl_penalty``).
 LOG_RATIO_CLAMP = 20.0
+# VESPO's bounds of the sequence log-weight: [log 1e-8, 20] (the paper's code, TRL, Liger).
+VESPO_LOG_WEIGHT_MIN = math.log(1e-8)
 
 # The fields, in order: numeric (pytree leaves, may be traced) then static (aux data).
 NUMERIC_KEYS = ("clip_low", "clip_high", "dual_clip", "ratio_cap", "normalizer", "kl_coef",
-                "kl_clamp", "rollout_is_threshold", "entropy_coef", "log_ratio_clamp")
-STATIC_KEYS = ("agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight")
+                "kl_clamp", "rollout_is_threshold", "entropy_coef", "log_ratio_clamp",
+                "cispo_max", "sapo_tau_pos", "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos",
+                "vespo_k_neg", "vespo_lambda_neg")
+STATIC_KEYS = ("agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight", "surrogate")
 LOSS_OPTION_KEYS = NUMERIC_KEYS + STATIC_KEYS
-_OPTIONAL = frozenset({"dual_clip", "ratio_cap", "normalizer", "kl_clamp"})  # None: off
+# Each surrogate's own numeric fields, with their defaults (TRL 1.16's; CISPO's cap is ScaleRL's
+# ε_max, TRL falls back to `epsilon`). They are None (no leaf) unless their surrogate is chosen.
+SURROGATE_FIELDS = {
+    "clip": {},
+    "cispo": {"cispo_max": 5.0},
+    "sapo": {"sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05},
+    "vespo": {"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
+              "vespo_lambda_neg": 2.0},
+}
+_OPTIONAL = frozenset({"dual_clip", "ratio_cap", "normalizer", "kl_clamp"}.union(
+    *SURROGATE_FIELDS.values()))  # None: off, or a surrogate's field when another is chosen
 _STATIC_CHOICES = {"agg": AGG_MODES, "kl_estimator": KL_ESTIMATORS, "ratio": RATIO_LEVELS,
-                   "rollout_is": ROLLOUT_IS_LEVELS}
+                   "rollout_is": ROLLOUT_IS_LEVELS, "surrogate": SURROGATES}
 _F32_MAX = float(np.finfo(np.float32).max)
 
 # The TypeError of a removed loose keyword (`clip_low=...` on policy_loss) says where it went.
@@ -74,6 +92,14 @@ _RULES = {
     "kl_clamp": (lambda v: v > 0, "be > 0 (or None)"),
     "rollout_is_threshold": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
     "entropy_coef": (math.isfinite, "be finite"),
+    "cispo_max": (lambda v: 0 < v and math.isfinite(v),
+                  "be positive and finite (the cap of CISPO's ratio weight, TRL's `epsilon_high`)"),
+    "sapo_tau_pos": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
+    "sapo_tau_neg": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
+    "vespo_k_pos": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
+    "vespo_lambda_pos": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
+    "vespo_k_neg": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
+    "vespo_lambda_neg": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
 }
 
 
@@ -141,8 +167,16 @@ def checked_fields(values: dict) -> dict:
         raise TypeError("`kl_ratio_weight` must be a Python bool (it changes the program); got "
                         f"{values['kl_ratio_weight']!r}.")
     out = dict(values)
+    for surrogate, fields in SURROGATE_FIELDS.items():
+        for key, default in fields.items():
+            if surrogate == values["surrogate"]:
+                out[key] = default if values[key] is None else values[key]
+            elif values[key] is not None:
+                raise ValueError(f"`{key}` is a field of `surrogate={surrogate!r}`; with "
+                                 f"`surrogate={values['surrogate']!r}` it must be None (pass "
+                                 f"`surrogate={surrogate!r}`, or `{key}=None`).")
     for key, (ok, requirement) in _RULES.items():
-        value = values[key]
+        value = out[key]
         if value is None and key in _OPTIONAL:
             continue
         v = _number(value, key)
@@ -154,6 +188,12 @@ def checked_fields(values: dict) -> dict:
                              f"without `jax_enable_x64`); got {v!r}, {float(np.float32(v))!r} in "
                              "float32.")
     out["log_ratio_clamp"] = _check_clamp(values["log_ratio_clamp"])
+    if values["surrogate"] != "clip":
+        for key in ("dual_clip", "ratio_cap"):
+            if values[key] is not None:
+                raise ValueError(f"`{key}` bounds the clipped surrogate; `surrogate="
+                                 f"{values['surrogate']!r}` has no clip to bound (TRL and Liger "
+                                 "ignore `delta` there): leave it None.")
     if values["ratio_cap"] is not None and values["dual_clip"] is not None:
         raise ValueError("`ratio_cap` (TRL's delta) and `dual_clip` (verl's dual clip) both bound "
                          "the loss of negative-advantage tokens; pass one of them.")
@@ -177,7 +217,7 @@ class LossOptions:
     :func:`credax.policy_loss`. It is a pytree: the numeric fields are its leaves (each may be
     traced, so a schedule of ``clip_low`` or ``kl_coef`` does not recompile; ``None`` fields have
     no leaf), the static choices (``agg``, ``kl_estimator``, ``ratio``, ``rollout_is``,
-    ``kl_ratio_weight``) its aux data. It is not a mapping: ``policy_loss(..., **preset)`` is a
+    ``kl_ratio_weight``, ``surrogate``) its aux data. It is not a mapping: ``policy_loss(..., **preset)`` is a
     ``TypeError`` that says to write ``options=preset``.
 
     Attributes:
@@ -189,11 +229,23 @@ class LossOptions:
       entropy_coef: weight of the entropy bonus.
       log_ratio_clamp: ``c > 0`` or ``(lo, hi)`` with ``lo < 0 < hi``.
       agg, kl_estimator, ratio, rollout_is: the static modes; kl_ratio_weight: a static bool.
+      surrogate: static; ``"clip"`` (PPO/GRPO/DAPO/GSPO, and LUSPO with its aggregation),
+        ``"cispo"``, ``"sapo"`` or ``"vespo"``: see :func:`credax.policy_loss`.
+      cispo_max: CISPO's cap of the ratio weight (``> 0``, default 5.0: ScaleRL's ``ε_max``;
+        TRL's ``epsilon_high``).
+      sapo_tau_pos, sapo_tau_neg: SAPO's gate temperatures for ``A > 0`` and ``A <= 0`` (``> 0``,
+        default 1.0 and 1.05).
+      vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg: VESPO's gamma shape
+        (``k >= 0``) and rate (``λ > 0``) for ``A >= 0`` and ``A < 0`` (default 2, 3, 3, 2).
+        A surrogate's own fields are ``None`` unless it is the chosen ``surrogate`` (then ``None``
+        takes the default): ``LossOptions(surrogate="sapo").sapo_tau_neg`` is 1.05, and
+        ``LossOptions(cispo_max=5.0)`` (the surrogate left at ``"clip"``) is an error naming it.
 
     Raises:
       ValueError: an unknown mode; a concrete number out of its range, NaN, or finite as a double
-        but beyond float32 (without x64); ``ratio_cap`` with ``dual_clip``; ``agg`` and
-        ``normalizer`` that do not go together.
+        but beyond float32 (without x64); ``ratio_cap`` with ``dual_clip``; either of them with a
+        ``surrogate`` other than ``"clip"``; a surrogate's field with another surrogate; ``agg``
+        and ``normalizer`` that do not go together.
       TypeError: a number given as ``None`` (where ``None`` does not switch it off), a bool or a
         string; ``kl_ratio_weight`` not a Python bool (``"false"`` included).
 
@@ -231,13 +283,24 @@ class LossOptions:
         ratio: str = "token",
         rollout_is: str = "token",
         kl_ratio_weight: bool = False,
+        surrogate: str = "clip",
+        cispo_max: float | Float[Array, ""] | None = None,
+        sapo_tau_pos: float | Float[Array, ""] | None = None,
+        sapo_tau_neg: float | Float[Array, ""] | None = None,
+        vespo_k_pos: float | Float[Array, ""] | None = None,
+        vespo_lambda_pos: float | Float[Array, ""] | None = None,
+        vespo_k_neg: float | Float[Array, ""] | None = None,
+        vespo_lambda_neg: float | Float[Array, ""] | None = None,
     ):
         values = checked_fields(dict(
             clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, ratio_cap=ratio_cap,
             normalizer=normalizer, kl_coef=kl_coef, kl_clamp=kl_clamp,
             rollout_is_threshold=rollout_is_threshold, entropy_coef=entropy_coef,
             log_ratio_clamp=log_ratio_clamp, agg=agg, kl_estimator=kl_estimator, ratio=ratio,
-            rollout_is=rollout_is, kl_ratio_weight=kl_ratio_weight))
+            rollout_is=rollout_is, kl_ratio_weight=kl_ratio_weight, surrogate=surrogate,
+            cispo_max=cispo_max, sapo_tau_pos=sapo_tau_pos, sapo_tau_neg=sapo_tau_neg,
+            vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+            vespo_lambda_neg=vespo_lambda_neg))
         _set(self, values, checked=True)
 
     def __reduce__(self):

@@ -38,6 +38,7 @@ from ._loss_options import (
     KL_ESTIMATORS,
     LOG_RATIO_CLAMP,
     MOVED_TO_LOSS_OPTIONS,
+    VESPO_LOG_WEIGHT_MIN,
     LossOptions,
     as_loss_options,
 )
@@ -332,9 +333,12 @@ class PolicyMetrics(NamedTuple):
         ``kl_coef``; ``0`` without ``ref_logp``.
       clip_frac_low: fraction of valid tokens with ``A < 0`` and ``ratio < 1 - clip_low``: the low
         bound binds and the token gets no gradient.
-      clip_frac_high: fraction with ``A > 0`` and ``ratio > 1 + clip_high``: the high bound binds.
+      clip_frac_high: fraction with ``A > 0`` and ``ratio > 1 + clip_high``: the high bound binds
+        (``surrogate="cispo"``: ``ratio > cispo_max``, TRL's ``cispo_clip_ratio``).
       dual_clip_frac: fraction with ``A < 0`` and ``ratio > dual_clip``: the dual clip binds
-        (``0`` without dual clip).
+        (``0`` without dual clip); the three clip fractions are ``0`` with
+        ``surrogate="sapo"`` or ``"vespo"`` (no hard bound), and ``clip_frac_low`` and this one
+        with ``"cispo"``.
       approx_kl: mean over valid tokens of ``r - 1 - log r``, ``r = π/π_old`` per token: the k3
         estimate of ``KL(π_old || π)``, never negative (verl's ``ppo_kl`` is the k1 mean
         ``mean(old_logp - logp)``).
@@ -445,7 +449,7 @@ def policy_loss(
     rollout_logp: Float[Array, "B T"] | None = None,
     entropy: Float[Array, "B T"] | None = None,
 ) -> PolicyLoss:
-    """PPO/GRPO clipped surrogate with clip-higher, dual clip, GSPO ratios and a KL term.
+    """PPO/GRPO clipped surrogate (or CISPO, SAPO, VESPO) with GSPO ratios and a KL term.
 
     Per valid token, with ``r`` the importance ratio and ``A`` the advantage::
 
@@ -468,6 +472,44 @@ def policy_loss(
       ``-A·δ`` beyond the bound and no gradient there; they differ exactly *on* it (``r = δ``,
       ``A < 0``): the dual clip takes the minimum of two equal losses and splits the gradient as
       ``torch.minimum`` does in verl (``-A·r/2``), the cap passes it whole as TRL does (``-A·r``).
+
+    ``surrogate`` replaces the clipped per-token loss (``ℓ`` above; the aggregation, the KL term,
+    the entropy bonus and the rollout weights stay as they are)::
+
+        cispo   ℓ = -sg(min(r, cispo_max)) · A · logp
+        sapo    ℓ = -(4/τ) · σ(τ (r - 1)) · A,     τ = sapo_tau_pos if A > 0 else sapo_tau_neg
+        vespo   ℓ = -sg(φ(W_b)) · A · logp,        φ(W) = W^k e^{λ (1 - W)},
+                log W_b = clip(Σ_t clamp(logp - old_logp), log 1e-8, 20),
+                (k, λ) = (vespo_k_pos, vespo_lambda_pos) if A >= 0 else (vespo_k_neg, vespo_lambda_neg)
+
+    * **CISPO** (MiniMax-M1, arXiv 2506.13585): the ratio becomes a constant weight on the
+      REINFORCE term, so no token loses its gradient (PPO's clip zeroes it). The paper clips the
+      weight to ``[1 - ε_low, 1 + ε_high]`` with the lower bound set out of reach; TRL and Liger
+      keep only the upper one as an absolute cap (TRL's ``epsilon_high``, ScaleRL's ``ε_max``,
+      arXiv 2510.13786), which ``cispo_max`` is. Its value includes ``logp`` itself: a lone
+      ``logp = -inf`` on a trained token makes it infinite (the clipped loss stays finite there).
+    * **SAPO** (Gao et al., arXiv 2511.20347): a sigmoid gate instead of the hard clip. Its
+      gradient is ``4 σ(1 - σ) r`` times the policy gradient's: exactly the policy gradient at
+      ``r = 1``, decaying smoothly away from it, faster for ``A <= 0`` (``τ_neg > τ_pos``).
+    * **VESPO** (Shen et al., arXiv 2602.10693): a gamma-shaped kernel of the *sequence* weight
+      ``W_b = Π_t r_t`` (a sum of log-ratios, not GSPO's mean), normalised so ``φ(1) = 1``, as a
+      constant on the REINFORCE term; ``(k, λ)`` follow the sign of each token's advantage
+      (per row with ``[B]`` advantages). The clamps (each log-ratio by ``log_ratio_clamp``, the
+      sum to ``[log 1e-8, 20]``) are the paper's code's, TRL's and Liger's; a ``φ`` beyond float
+      range is dropped (0) as TRL does; TRL and Liger also floor ``λ`` at ``1e-4``
+      (``presets.trl_loss`` applies that floor). With ``rollout_logp`` the truncated rollout
+      weights are not multiplied into ``ℓ`` but their logs are added to ``log W_b`` (clipped to
+      ``[log 1e-8, 20]``), as TRL and Liger fold vLLM's importance weights. ``ratio`` only
+      changes the KL's ``kl_ratio_weight`` here.
+    * **LUSPO** (Liu et al., arXiv 2602.05261) is GSPO with each sequence's loss scaled by its
+      length: ``surrogate="clip"``, ``ratio="sequence"``, ``agg="seq-mean-token-sum"`` (the
+      GSPO-token form's per-token sum *is* ``n_b ·`` the sequence loss), see
+      ``presets.trl_loss("luspo")``.
+
+    CISPO and SAPO work at both ratio levels (TRL runs them at ``"sequence"`` with a warning;
+    Liger 0.8.5 refuses it). Liger 0.8.5's ``luspo`` multiplies the *unmasked* per-token loss by
+    ``n_b`` and divides by ``B·T``: it equals TRL 1.16's (and credax's) only at sequence level
+    without a KL term.
 
     ``old_logp``, ``advantages`` and ``ref_logp`` are constants (``stop_gradient``); the gradient
     flows through ``logp`` only. Where a bound binds, the token's gradient is exactly zero; a
@@ -518,6 +560,13 @@ def policy_loss(
         * ``rollout_is``: ``"token"`` or ``"sequence"``; ``rollout_is_threshold``: truncation
           ``C > 0`` of the rollout-correction weights (verl default 2.0), see ``rollout_logp``.
         * ``entropy_coef``: weight of the entropy bonus (nonzero needs ``entropy``).
+        * ``surrogate``: ``"clip"`` (default), ``"cispo"``, ``"sapo"`` or ``"vespo"`` (above);
+          ``dual_clip`` and ``ratio_cap`` belong to ``"clip"``. Each has its own fields:
+          ``cispo_max``; ``sapo_tau_pos``, ``sapo_tau_neg``; ``vespo_k_pos``,
+          ``vespo_lambda_pos``, ``vespo_k_neg``, ``vespo_lambda_neg`` (see
+          :class:`credax.LossOptions`). The clip fractions of the metrics are ``0`` for SAPO and
+          VESPO; for CISPO ``clip_frac_high`` counts ``A > 0, r > cispo_max`` (TRL's
+          ``cispo_clip_ratio``).
       ref_logp: optional ``float[B, T]`` reference-policy log-probs for the KL term.
       token_turn: optional ``int[B, T]`` turn of each token (``-1`` = none), with ``[B, K]`` or
         ``[B]`` advantages. Any integer dtype (narrow ones are widened first, they never wrap).
@@ -563,7 +612,9 @@ def policy_loss(
 
     References:
       Schulman et al. 2017 (PPO, arXiv 1707.06347); Ye et al. 2020 (dual clip, arXiv
-      1912.09729); DAPO (clip-higher, arXiv 2503.14476); GSPO (arXiv 2507.18071). With
+      1912.09729); DAPO (clip-higher, arXiv 2503.14476); GSPO (arXiv 2507.18071); CISPO, SAPO,
+      VESPO and LUSPO as above, each as TRL 1.16 and Liger 0.8.5 implement it (tested side by
+      side with both, ``tests/test_loss_types.py``). With
       ``dual_clip=3.0`` and ``clip_low = clip_high = 0.2`` this reproduces verl's vanilla
       ``compute_policy_loss`` (its ``pg_clipfrac = clip_frac_low + clip_frac_high`` and
       ``pg_clipfrac_lower = dual_clip_frac``).
@@ -590,12 +641,7 @@ def policy_loss(
 def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions, ref_logp,
                       token_turn, rollout_logp, entropy) -> PolicyLoss:
     """The body of :func:`policy_loss` (arguments already checked), differentiated through
-    ``jax.checkpoint``."""
-    o = options
-    clip_low, clip_high, dual_clip, ratio_cap = o.clip_low, o.clip_high, o.dual_clip, o.ratio_cap
-    agg, normalizer, ratio, log_ratio_clamp = o.agg, o.normalizer, o.ratio, o.log_ratio_clamp
-    rollout_is, rollout_is_threshold = o.rollout_is, o.rollout_is_threshold
-    kl_coef, kl_estimator, kl_clamp = o.kl_coef, o.kl_estimator, o.kl_clamp
+    ``jax.checkpoint``. Each field of ``options`` is read where it is used."""
     logp = _checks.as_float_array(logp, "logp")
     _checks.check_ndim(logp, "logp", 2, "[B, T]")
     shape = logp.shape
@@ -603,6 +649,9 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     mask = _checks.as_mask(mask, "mask", shape)
     old = _token_array(old_logp, "old_logp", shape, dtype)
     adv, mask = _token_advantages(advantages, token_turn, mask, shape, dtype)
+
+    def scalar(name):
+        return _checks.scalar(getattr(options, name), dtype, name)
 
     # Everything is selected to 0 off the mask first: from here on no masked value can reach a
     # product, so NaN there cannot turn into 0 * NaN in the backward pass.
@@ -615,13 +664,14 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     # nothing: its advantage is dropped, so its loss and gradient are exactly 0 (not NaN).
     impossible = mask & (lp == -jnp.inf) & (old == -jnp.inf)
     adv = jnp.where(impossible, jnp.zeros_like(adv), adv)
-    if isinstance(log_ratio_clamp, tuple | list):
-        clamp_lo, clamp_hi = (_checks.scalar(c, dtype, "log_ratio_clamp") for c in log_ratio_clamp)
+    if isinstance(options.log_ratio_clamp, tuple | list):
+        clamp_lo, clamp_hi = (_checks.scalar(c, dtype, "log_ratio_clamp")
+                              for c in options.log_ratio_clamp)
     else:
-        clamp_hi = _checks.scalar(log_ratio_clamp, dtype, "log_ratio_clamp")
+        clamp_hi = scalar("log_ratio_clamp")
         clamp_lo = -clamp_hi
 
-    if ratio == "token":
+    if options.ratio == "token":
         log_r = _checks.clip_closed(delta, clamp_lo, clamp_hi)
     else:
         row_tokens = jnp.sum(mask, axis=-1, dtype=dtype)
@@ -635,16 +685,6 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     log_r = _checks.select(mask, log_r)
     r = jnp.exp(log_r)
 
-    low = 1 - _checks.scalar(clip_low, dtype, "clip_low")
-    high = 1 + _checks.scalar(clip_high, dtype, "clip_high")
-    # torch.clamp's gradient (full on the bound), then max's even split of ties as torch.maximum.
-    unclipped = r if ratio_cap is None else _checks.clip_closed(
-        r, jnp.zeros((), dtype), _checks.scalar(ratio_cap, dtype, "ratio_cap"))
-    token_loss = jnp.maximum(-adv * unclipped, -adv * _checks.clip_closed(r, low, high))
-    negative = adv < 0
-    if dual_clip is not None:
-        c = _checks.scalar(dual_clip, dtype, "dual_clip")
-        token_loss = jnp.where(negative, jnp.minimum(token_loss, -adv * c), token_loss)
     if rollout_logp is not None:
         # Rollout correction (verl rollout_is): the rollout engine sampled from π_rollout, the
         # surrogate's old policy is the trainer's π_old; weight each token by the truncated ratio.
@@ -652,40 +692,88 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         # -inf - -inf is ratio 1 (_log_ratio); a lone infinity is clipped to ±20 per token before
         # a sequence sum, so a row holding both signs is finite, not inf - inf = NaN.
         raw_log_w = _log_ratio(old, roll)
-        if rollout_is == "token":
+        if options.rollout_is == "token":
             log_w = jnp.clip(raw_log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         else:
             log_w = jnp.where(jnp.isinf(raw_log_w), jnp.sign(raw_log_w) * LOG_RATIO_CLAMP, raw_log_w)
         log_w = _checks.select(mask, log_w)
-        if rollout_is == "sequence":
+        if options.rollout_is == "sequence":
             seq_log_w = jnp.sum(log_w, axis=-1)
             log_w = jnp.broadcast_to(seq_log_w[:, None], shape)
         log_w = _checks.select(mask, jnp.clip(log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-        w_raw = jnp.exp(log_w)
-        threshold = _checks.scalar(rollout_is_threshold, dtype, "rollout_is_threshold")
-        is_w = _checks.select(mask, jnp.minimum(w_raw, threshold))
+        threshold = scalar("rollout_is_threshold")
+        is_w = _checks.select(mask, jnp.minimum(jnp.exp(log_w), threshold))
+
+    # The per-token objective, its clip bounds for the metrics, and whether the rollout weights
+    # still multiply it (VESPO folds them into its sequence weight instead, as TRL and Liger do).
+    low = 1 - scalar("clip_low")
+    high = 1 + scalar("clip_high")
+    negative = adv < 0
+    # The log-likelihood term of CISPO and VESPO: 0 at an impossible token (its advantage is 0,
+    # and 0 · -inf would be NaN).
+    lp_term = jnp.where(impossible, jnp.zeros_like(lp), lp)
+    zero = jnp.zeros((), dtype)
+    if options.surrogate == "clip":
+        # torch.clamp's gradient (full on the bound), then max's even split of ties as torch.maximum.
+        unclipped = r if options.ratio_cap is None else _checks.clip_closed(
+            r, jnp.zeros((), dtype), scalar("ratio_cap"))
+        token_loss = jnp.maximum(-adv * unclipped, -adv * _checks.clip_closed(r, low, high))
+        if options.dual_clip is not None:
+            token_loss = jnp.where(negative, jnp.minimum(token_loss, -adv * scalar("dual_clip")),
+                                   token_loss)
+    elif options.surrogate == "cispo":
+        # A constant weight min(r, ε_max) on the REINFORCE term: every token keeps a gradient.
+        token_loss = -sg(jnp.minimum(r, scalar("cispo_max"))) * adv * lp_term
+    elif options.surrogate == "sapo":
+        tau = jnp.where(adv > 0, scalar("sapo_tau_pos"), scalar("sapo_tau_neg"))
+        token_loss = -jax.nn.sigmoid(tau * (r - 1)) * (4 / tau) * adv
+    else:  # vespo
+        # The row's log-weight: the sum (not the mean) of the clamped token log-ratios, plus the
+        # rollout correction's log-weights, clamped to [log 1e-8, 20]; a constant.
+        seq_log = jnp.sum(_checks.select(mask, _checks.clip_closed(delta, clamp_lo, clamp_hi)),
+                          axis=-1)
+        if rollout_logp is not None:
+            log_is = jnp.minimum(log_w, jnp.log(threshold))
+            if options.rollout_is == "token":
+                seq_log = seq_log + jnp.sum(_checks.select(mask, jnp.clip(
+                    log_is, VESPO_LOG_WEIGHT_MIN, LOG_RATIO_CLAMP)), axis=-1)
+            else:
+                row_is = jnp.minimum(jnp.clip(seq_log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP),
+                                     jnp.log(threshold))
+                seq_log = seq_log + jnp.clip(row_is, VESPO_LOG_WEIGHT_MIN, LOG_RATIO_CLAMP)
+        log_w_seq = sg(jnp.clip(seq_log, VESPO_LOG_WEIGHT_MIN, LOG_RATIO_CLAMP))[:, None]
+        nonneg = adv >= 0
+        k = jnp.where(nonneg, scalar("vespo_k_pos"), scalar("vespo_k_neg"))
+        lam = jnp.where(nonneg, scalar("vespo_lambda_pos"), scalar("vespo_lambda_neg"))
+        phi = sg(jnp.exp(lam + k * log_w_seq - lam * jnp.exp(log_w_seq)))
+        # A weight beyond float's range is dropped (0), as TRL's nan_to_num(posinf=0) does.
+        phi = jnp.where(phi == jnp.inf, jnp.zeros_like(phi), phi)
+        token_loss = -phi * adv * lp_term
+    if rollout_logp is not None and options.surrogate != "vespo":
         token_loss = token_loss * is_w
-    pg = aggregate_values(token_loss, mask, agg, normalizer)
+    pg = aggregate_values(token_loss, mask, options.agg, options.normalizer)
 
     if ref_logp is not None:
         ref = sg(_checks.select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
-        kl_clamp_value = None if kl_clamp is None else _checks.scalar(kl_clamp, dtype, "kl_clamp")
-        kl_tokens = _kl_values(lp, ref, kl_estimator, kl_clamp_value)
-        if o.kl_ratio_weight:
+        kl_clamp = None if options.kl_clamp is None else scalar("kl_clamp")
+        kl_tokens = _kl_values(lp, ref, options.kl_estimator, kl_clamp)
+        if options.kl_ratio_weight:
             # TRL's use_bias_correction_kl: the KL of tokens sampled from π_old, importance-weighted
             # by the (differentiable) ratio π/π_old: per token, or the row's sequence ratio.
-            weight = r if ratio == "token" else _checks.select(mask, jnp.broadcast_to(seq_ratio, shape))
+            weight = r if options.ratio == "token" else _checks.select(
+                mask, jnp.broadcast_to(seq_ratio, shape))
             kl_tokens = kl_tokens * weight
-        kl = aggregate_values(kl_tokens, mask, agg, normalizer)
-        loss = pg + _checks.scalar(kl_coef, dtype, "kl_coef") * kl
+        kl = aggregate_values(kl_tokens, mask, options.agg, options.normalizer)
+        loss = pg + scalar("kl_coef") * kl
     else:
-        kl = jnp.zeros((), dtype)
+        kl = zero
         loss = pg
     if entropy is not None:
         # Entropy bonus (verl: pg_loss - entropy_coeff * agg_loss(entropy)); the gradient flows
         # through `entropy` to the logits it was computed from.
-        ent = aggregate_values(_token_array(entropy, "entropy", shape, dtype), mask, agg, normalizer)
-        loss = loss - _checks.scalar(o.entropy_coef, dtype, "entropy_coef") * ent
+        ent = aggregate_values(_token_array(entropy, "entropy", shape, dtype), mask, options.agg,
+                               options.normalizer)
+        loss = loss - scalar("entropy_coef") * ent
 
     rv = sg(r)
     count = jnp.sum(mask, dtype=dtype)
@@ -700,22 +788,31 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     def fraction(cond):
         return token_mean(cond.astype(dtype))
 
-    zero = jnp.zeros((), dtype)
+    if options.surrogate == "clip":
+        clip_low_frac = fraction(negative & (rv < low))
+        clip_high_frac = fraction((adv > 0) & (rv > high))
+        bound = (scalar("dual_clip") if options.dual_clip is not None else
+                 scalar("ratio_cap") if options.ratio_cap is not None else None)
+        dual_frac = zero if bound is None else fraction(negative & (rv > bound))
+    else:
+        # CISPO: the share of positive-advantage tokens whose weight is capped (TRL's
+        # cispo_clip_ratio); SAPO and VESPO have no hard bound.
+        clip_low_frac = dual_frac = zero
+        clip_high_frac = (fraction((adv > 0) & (rv > scalar("cispo_max")))
+                          if options.surrogate == "cispo" else zero)
     metrics = PolicyMetrics(
         policy_loss=sg(pg),
         kl=sg(kl),
-        clip_frac_low=fraction(negative & (rv < low)),
-        clip_frac_high=fraction((adv > 0) & (rv > high)),
-        dual_clip_frac=(fraction(negative & (rv > c)) if dual_clip is not None else
-                        fraction(negative & (rv > _checks.scalar(ratio_cap, dtype, "ratio_cap")))
-                        if ratio_cap is not None else zero),
+        clip_frac_low=clip_low_frac,
+        clip_frac_high=clip_high_frac,
+        dual_clip_frac=dual_frac,
         approx_kl=token_mean(_k3_kernel(sg(_checks.select(mask, jnp.clip(
             delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))))),
         # mean of r over valid tokens = 1 + mean of (r - 1), and r - 1 is exactly 0 off the mask.
         mean_ratio=jnp.where(count > 0, 1 + token_mean(rv - 1), zero),
     )
     if rollout_logp is not None:
-        if rollout_is == "token":
+        if options.rollout_is == "token":
             frac_high = fraction(mask & (log_w > jnp.log(threshold)))
             frac_low = fraction(mask & (log_w < -jnp.log(threshold)))
         else:

@@ -150,8 +150,8 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
       **options: ``apply``, ``chunk_size`` and ``temperature`` as in :func:`sequence_logprobs`
         (score with the sampler's temperature); ``fused=True`` (a model returning
         ``(hidden, unembedding)``) computes the loss with :func:`credax.policy_loss_from_hidden`
-        — the same value and gradients, three GEMMs a chunk instead of four (not with
-        ``ratio="sequence"``); ``options``, a :class:`credax.LossOptions` (e.g.
+        — the same value and gradients, three GEMMs a chunk instead of four (four where the
+        loss couples a row: ``ratio="sequence"``, VESPO); ``options``, a :class:`credax.LossOptions` (e.g.
         ``credax.presets.VERL_LOSS``), goes to the loss. A loss field given loose
         (``clip_low=...``) is a ``TypeError`` saying it goes in ``options=``.
 

@@ -52,7 +52,9 @@ preset                reproduces
 ``VERL_GSPO_LOSS``    verl ``compute_policy_loss_gspo``: sequence ratio (GSPO-token form), log
                       ratio clamped at ``+10`` only, no dual clip, ``seq-mean-token-mean``.
                       Set ``clip_low``/``clip_high`` as your config does (GSPO uses ~3e-4/4e-4).
-``trl_loss(...)``     TRL ``GRPOTrainer._compute_loss`` for a ``loss_type``: see :func:`trl_loss`.
+``trl_loss(...)``     TRL ``GRPOTrainer._compute_loss`` for each of its eight ``loss_type``
+                      values (grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo): see
+                      :func:`trl_loss`.
 ====================  ======================================================================
 
 ``kl_coef`` (verl ``kl_loss_coef``, TRL ``beta``: ``preset.replace(kl_coef=...)``) and
@@ -145,7 +147,9 @@ VERL_GSPO_LOSS = LossOptions(clip_low=0.2, clip_high=0.2, dual_clip=None,
                              log_ratio_clamp=(-float("inf"), 10.0), kl_estimator="k3",
                              kl_clamp=10.0, kl_ratio_weight=False)
 
-TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+# TRL's and Liger's floor of VESPO's rates (``lambda_seq.clamp(min=1e-4)``).
+_VESPO_LAMBDA_FLOOR = 1e-4
 
 
 def trl_loss(
@@ -160,37 +164,65 @@ def trl_loss(
     epsilon_high: float | None = None,
     delta: float | None = None,
     use_bias_correction_kl: bool = True,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
 ) -> LossOptions:
     """The ``policy_loss`` options that reproduce TRL ``GRPOTrainer`` for one ``loss_type``.
 
-    TRL's denominators, and the ``normalizer`` that reproduces each (``n_b`` valid tokens of row
-    ``b``, ``S`` rows with ``n_b > 0``, ``B`` all rows of the micro-batch)::
+    The keywords are TRL 1.16's ``GRPOConfig`` fields, with its defaults. TRL's per-token loss and
+    denominator for each ``loss_type``, and the credax options that reproduce them (``n_b``
+    valid tokens of row ``b``, ``S`` rows with ``n_b > 0``, ``B`` all rows of the micro-batch,
+    ``N`` = ``num_items_in_batch / num_processes``)::
 
-        loss_type  TRL                                         credax
-        grpo       mean over ALL B rows of Σ_t ℓ / max(n_b, 1)  seq-mean-token-mean, normalizer=B
-        bnpo       Σ ℓ / max(Σ n_b, 1)  (local tokens)          token-mean
-        dr_grpo    Σ ℓ / (B · max_completion_length)            seq-mean-token-sum-norm, B·L
-        dapo       Σ ℓ / (num_items_in_batch / processes)       token-mean, normalizer=N/P
+        loss_type  per-token loss                  TRL denominator          credax
+        grpo       clip                            Σ_b (Σ_t ℓ / n_b) / B    seq-mean-token-mean, B
+        bnpo       clip                            Σ ℓ / max(Σ n_b, 1)      token-mean
+        dr_grpo    clip                            Σ ℓ / (B · L_max)        seq-mean-token-sum-norm
+        dapo       clip                            Σ ℓ / N                  token-mean, normalizer N
+        cispo      -sg(min(r, ε_high))·A·logp      Σ ℓ / N                  surrogate="cispo"
+        sapo       -(4/τ)·σ(τ(r - 1))·A            as grpo                  surrogate="sapo"
+        luspo      clip                            Σ_b Σ_t ℓ / B            seq-mean-token-sum, B
+        vespo      -φ(W_b)·A·logp                  Σ ℓ / N                  surrogate="vespo"
 
-    ``grpo`` divides by every row, empty ones included, where credax's ``seq-mean-token-mean``
-    divides by the non-empty rows ``S``: pass ``num_rows=B`` (the micro-batch's row count) to get
-    TRL's number. ``dapo``'s ``num_items_in_batch`` is the token count of the whole gradient
-    accumulation batch over all processes; without it the local token mean is used (TRL's value
-    on one process with one micro-batch). TRL additionally divides ``grpo``/``bnpo``/``dr_grpo``
-    losses by the gradient-accumulation steps, a constant factor left to the caller.
+    ``grpo``, ``sapo`` and ``luspo`` divide by every row, empty ones included, where credax's
+    sequence modes divide by the non-empty rows ``S``: pass ``num_rows=B`` (the micro-batch's row
+    count) to get TRL's number. ``dapo``/``cispo``/``vespo``'s ``num_items_in_batch`` is the token
+    count of the whole gradient accumulation batch over all processes; without it the local token
+    mean is used (TRL's value on one process with one micro-batch). TRL additionally divides
+    ``grpo``/``bnpo``/``dr_grpo``/``sapo``/``luspo`` losses by the gradient-accumulation steps, a
+    constant factor left to the caller. The formulas of each surrogate, their papers and where
+    TRL and Liger differ from them are in :func:`credax.policy_loss`.
 
-    The surrogate is ``-min(r·A, clip(r, 1 - ε, 1 + ε_high)·A)``, no dual clip; TRL's ``delta``
-    (two-sided clipping, ``min(r, δ)`` in the first branch) is ``ratio_cap=delta`` — not
-    ``dual_clip=delta``, which differs from it exactly at ``r = δ`` (see :func:`credax.policy_loss`).
-    KL ``k3`` without a value clamp; ``use_bias_correction_kl`` multiplies it by the ratio
-    (``kl_ratio_weight``; at sequence level by the row's sequence ratio, as TRL does). TRL 1.16's
-    ``GRPOConfig`` default is ``use_bias_correction_kl=True`` (the 1.10 development tree still had
-    ``False``), and so is this function's; the KL term only acts with ``kl_coef`` (TRL's ``beta``,
-    default 0) and ``ref_logp``. TRL does not clamp the log-ratio before ``exp``; credax keeps its
-    ±20 clamp, so the two agree for ``|logp - old_logp| <= 20`` (beyond it TRL's ratio is
-    ``e^20``-large or ``inf``). TRL 1.16 also rescales ``dapo``'s ``num_items_in_batch`` by
-    ``gradient_accumulation_steps / steps_per_generation`` (1 with its defaults): fold that factor
-    into ``num_items_in_batch`` if you change either.
+    * ``epsilon``, ``epsilon_high``: the clip range ``[1 - ε, 1 + ε_high]`` (``ε_high`` defaults
+      to ``ε``). For ``cispo`` TRL reads ``epsilon_high`` (else ``epsilon``) as the absolute cap of
+      the ratio weight, ``cispo_max`` (ScaleRL recommends 5.0; TRL's fallback 0.2 caps every
+      weight at 0.2, and this function follows TRL there too).
+    * ``delta``: TRL's two-sided clipping, ``ratio_cap=delta`` (not ``dual_clip=delta``, which
+      differs from it exactly at ``r = δ``, see :func:`credax.policy_loss`). TRL applies it to the
+      clipped losses only (grpo, bnpo, dr_grpo, dapo, luspo) and ignores it for cispo, sapo and
+      vespo; so does this function.
+    * ``importance_sampling_level``: ``ratio``. ``luspo`` is meant for ``"sequence"`` (TRL warns
+      otherwise; at ``"token"`` its loss is the per-token sums' mean over rows). ``vespo``
+      computes its own sequence weight; the level only changes the ratio of the KL's bias
+      correction. TRL warns for ``"sequence"`` with bnpo, dr_grpo, dapo and cispo, and runs it.
+    * ``sapo_temperature_pos``/``_neg``: ``sapo_tau_pos``/``_neg``; ``vespo_k_*``,
+      ``vespo_lambda_*``: the VESPO fields; a ``vespo_lambda_*`` below ``1e-4`` acts as ``1e-4``
+      (TRL's and Liger's clamp, applied here).
+
+    The KL term is ``k3`` without a value clamp; ``use_bias_correction_kl`` multiplies it by the
+    ratio (``kl_ratio_weight``; at sequence level by the row's sequence ratio, as TRL does). TRL
+    1.16's ``GRPOConfig`` default is ``use_bias_correction_kl=True`` (Liger's
+    ``LigerFusedLinearGRPOLoss`` defaults to ``False``), and so is this function's; the KL term
+    only acts with ``kl_coef`` (TRL's ``beta``, default 0) and ``ref_logp``. TRL does not clamp the
+    log-ratio before ``exp``; credax keeps its ±20 clamp, so the two agree for
+    ``|logp - old_logp| <= 20`` (beyond it TRL's ratio is ``e^20``-large or ``inf``). TRL 1.16
+    also rescales ``num_items_in_batch`` by ``gradient_accumulation_steps /
+    steps_per_generation`` (1 with its defaults): fold that factor into ``num_items_in_batch`` if
+    you change either.
 
     Returns:
       A :class:`credax.LossOptions` (pass it as ``options=``).
@@ -200,8 +232,9 @@ def trl_loss(
         ``num_rows`` and ``max_completion_length``; a count that is not a positive whole number
         (``num_rows``, ``max_completion_length``, ``num_processes``: zero, negative, fractional,
         NaN), a ``num_items_in_batch`` that is negative or not finite; ``epsilon`` outside
-        ``(0, 1)``, ``epsilon_high <= 0``, ``delta <= 1`` (each named by its TRL name).
-      TypeError: a count or ``epsilon`` given as a bool, a string or ``None`` where a number is
+        ``(0, 1)``, ``epsilon_high <= 0``, ``delta <= 1``, a SAPO temperature ``<= 0``, a VESPO
+        ``k < 0`` (each named by its TRL name).
+      TypeError: a count or a number given as a bool, a string or ``None`` where a number is
         needed; ``use_bias_correction_kl`` not a bool (``"false"`` would read as true).
 
     Examples:
@@ -209,10 +242,13 @@ def trl_loss(
       >>> opts = credax.presets.trl_loss("grpo", num_rows=8)
       >>> opts.agg, opts.normalizer
       ('seq-mean-token-mean', 8)
+      >>> opts = credax.presets.trl_loss("cispo", epsilon_high=5.0)
+      >>> opts.surrogate, opts.cispo_max, opts.agg
+      ('cispo', 5.0, 'token-mean')
     """
     if loss_type not in TRL_LOSS_TYPES:
-        raise ValueError(f"`loss_type` must be one of {list(TRL_LOSS_TYPES)} (the clipped TRL "
-                         f"losses); got {loss_type!r}.")
+        raise ValueError(f"`loss_type` must be one of {list(TRL_LOSS_TYPES)} (TRL 1.16's "
+                         f"GRPOConfig.loss_type); got {loss_type!r}.")
     if importance_sampling_level not in ("token", "sequence"):
         raise ValueError("`importance_sampling_level` must be 'token' or 'sequence'; got "
                          f"{importance_sampling_level!r}.")
@@ -236,13 +272,33 @@ def trl_loss(
     if not isinstance(use_bias_correction_kl, bool | np.bool_):
         raise TypeError("`use_bias_correction_kl` must be a bool; got "
                         f"{use_bias_correction_kl!r}.")
+    for name, value in (("sapo_temperature_pos", sapo_temperature_pos),
+                        ("sapo_temperature_neg", sapo_temperature_neg)):
+        if not _real(value, name) > 0:
+            raise ValueError(f"`{name}` must be > 0 (SAPO divides by it); got {value}.")
+    for name, value in (("vespo_k_pos", vespo_k_pos), ("vespo_k_neg", vespo_k_neg)):
+        if not _real(value, name) >= 0:
+            raise ValueError(f"`{name}` must be >= 0 (VESPO's gamma shape); got {value}.")
+    lambdas = {name: max(_real(value, name), _VESPO_LAMBDA_FLOOR) for name, value in
+               (("vespo_lambda_pos", vespo_lambda_pos), ("vespo_lambda_neg", vespo_lambda_neg))}
+    high = epsilon if epsilon_high is None else epsilon_high
+    clipped = loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
     options = dict(
-        clip_low=epsilon, clip_high=epsilon if epsilon_high is None else epsilon_high,
-        dual_clip=None, ratio_cap=delta, ratio=importance_sampling_level, log_ratio_clamp=20.0,
-        kl_estimator="k3", kl_clamp=None, kl_ratio_weight=bool(use_bias_correction_kl),
+        clip_low=epsilon, clip_high=high, dual_clip=None, ratio_cap=delta if clipped else None,
+        ratio=importance_sampling_level, log_ratio_clamp=20.0, kl_estimator="k3", kl_clamp=None,
+        kl_ratio_weight=bool(use_bias_correction_kl),
+        surrogate="clip" if clipped else loss_type,
     )
-    if loss_type == "grpo":
+    if loss_type == "cispo":
+        options.update(cispo_max=high)
+    elif loss_type == "sapo":
+        options.update(sapo_tau_pos=sapo_temperature_pos, sapo_tau_neg=sapo_temperature_neg)
+    elif loss_type == "vespo":
+        options.update(vespo_k_pos=vespo_k_pos, vespo_k_neg=vespo_k_neg, **lambdas)
+    if loss_type in ("grpo", "sapo"):
         options.update(agg="seq-mean-token-mean", normalizer=num_rows)
+    elif loss_type == "luspo":
+        options.update(agg="seq-mean-token-sum", normalizer=num_rows)
     elif loss_type == "bnpo":
         options.update(agg="token-mean", normalizer=None)
     elif loss_type == "dr_grpo":
@@ -250,7 +306,7 @@ def trl_loss(
             raise ValueError("`loss_type='dr_grpo'` divides by num_rows × max_completion_length: "
                              "pass both `num_rows` and `max_completion_length`.")
         options.update(agg="seq-mean-token-sum-norm", normalizer=num_rows * max_completion_length)
-    else:  # dapo
+    else:  # dapo, cispo, vespo
         normalizer = None
         if num_items_in_batch is not None:
             normalizer = max(float(num_items_in_batch), 1.0) / num_processes
