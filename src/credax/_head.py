@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
+from . import _checks, _collectives
 from ._api import jit_public
 from ._logprobs import (
     _check_logprobs_args,
@@ -31,7 +31,7 @@ from ._logprobs import (
 from ._loss_options import MOVED_TO_LOSS_OPTIONS, LossOptions, as_loss_options
 from ._losses import PolicyLoss, _check_policy_args, _policy_loss_body, _token_advantages
 
-_STATIC = ("chunk_size",)
+_STATIC = ("chunk_size", "vocab_axis")
 # Token arrays of the loss, padded to the chunked length (masked there) with these values.
 _TOKEN_FIELDS = ("old_logp", "ref_logp", "rollout_logp")
 
@@ -55,9 +55,23 @@ def _chunk_logprobs(h, w, tok, valid, dtype, inv_temp):
     return logits, safe, in_range, lse, _checks.select(valid, lp)
 
 
-def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad: bool):
+def _vocab_parallel_chunk_logprobs(h, w, tok, valid, dtype, inv_temp, axis):
+    """:func:`_chunk_logprobs` of a vocabulary shard (``vocab_axis``): this device's ``[B, c, V/n]``
+    logits, the token's index in the shard, and the whole vocabulary's log-sum-exp and log-prob
+    (``credax._collectives.vocab_parallel_chunk``: ``[B, c]`` collectives only); ``here`` marks
+    the tokens this shard holds."""
+    c = _collectives.vocab_parallel_chunk(h, w, tok, dtype, inv_temp, axis)
+    lp = _checks.select(valid, _collectives.vocab_parallel_logprobs(c, inv_temp))
+    return c.logits, c.local, c.in_range, c.lse, lp, c.here
+
+
+def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad: bool,
+         vocab_axis=None):
     """The chunked scan over ``[n, B, c, ...]`` inputs: the ``[n, B, c]`` log-probs and, with
-    ``with_grad``, the gradients of the loss w.r.t. the chunked hidden states and ``unembedding``."""
+    ``with_grad``, the gradients of the loss w.r.t. the chunked hidden states and ``unembedding``.
+    With ``vocab_axis`` the unembedding is this device's vocabulary shard: the sums over the
+    vocabulary (log-sum-exp, taken logit, ``d h``, the temperature's mean logit) are ``psum``-ed
+    over that axis, ``d W`` stays the shard's."""
     dtype = _checks.compute_dtype(hidden.dtype)
     inv_temp = _inverse_temperature(consts["temperature"], dtype)
     num_chunks, batch, _, dim = hidden.shape
@@ -71,9 +85,18 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
     base = _chunks_of(_checks.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
                       num_chunks, chunk_size)
 
+    def over_vocab(x):  # a sum over the vocabulary: this shard's part, then the axis's
+        return x if vocab_axis is None else jax.lax.psum(x, vocab_axis)
+
     def step(carry, xs):
         index, h, tok, m = xs
-        logits, safe, in_range, lse, lp = _chunk_logprobs(h, unembedding, tok, m, dtype, inv_temp)
+        if vocab_axis is None:
+            logits, safe, in_range, lse, lp = _chunk_logprobs(h, unembedding, tok, m, dtype,
+                                                              inv_temp)
+            here = None
+        else:
+            logits, safe, in_range, lse, lp, here = _vocab_parallel_chunk_logprobs(
+                h, unembedding, tok, m, dtype, inv_temp, vocab_axis)
         if not with_grad:
             return carry, (lp, None)
         dw, d_inv_temp = carry
@@ -84,19 +107,31 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
         # d logp / d logits = (onehot - softmax(z / T)) / T, one elementwise pass over the chunk.
         softmax = jnp.exp(_scaled(logits, inv_temp) - lse[..., None])
         vocab = jax.lax.broadcasted_iota(safe.dtype, logits.shape, logits.ndim - 1)
-        onehot = (vocab == safe[..., None]).astype(dtype)
+        onehot = vocab == safe[..., None]
+        onehot = (onehot if here is None else onehot & here[..., None]).astype(dtype)
         dlogits = (coef[..., None] * (onehot - softmax)).astype(unembedding.dtype)
-        dh = jnp.einsum("bcv,dv->bcd", dlogits, unembedding, preferred_element_type=dtype)
+        dh = over_vocab(jnp.einsum("bcv,dv->bcd", dlogits, unembedding,
+                                   preferred_element_type=dtype))
         dw = dw + jnp.einsum("bcd,bcv->dv", h, dlogits, preferred_element_type=dtype)
         if inv_temp is not None:
             # d logp / d (1/T) = z[token] - Σ_v softmax(z/T)_v z_v: the temperature's gradient,
             # as the composition's autodiff gives it.
             picked = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]
-            mean_z = jnp.sum(softmax * logits, axis=-1)
+            if here is not None:
+                picked = over_vocab(jnp.where(here, picked, jnp.zeros_like(picked)))
+            mean_z = over_vocab(jnp.sum(softmax * logits, axis=-1))
             d_inv_temp = d_inv_temp + jnp.sum(g * (picked - mean_z))
         return (dw, d_inv_temp), (lp, dh.astype(hidden.dtype))
 
-    init = (jnp.zeros(unembedding.shape, dtype), jnp.zeros((), dtype)) if with_grad else None
+    init = None
+    if with_grad:
+        # Inside jax.shard_map an accumulator varies over every mesh axis its inputs vary over:
+        # d W over all of them, the temperature's sum over all but the vocabulary axis (its
+        # terms are psum-ed over it).
+        inputs = (hidden, tokens, valid, consts)
+        init = (_collectives.vary_like(jnp.zeros(unembedding.shape, dtype), unembedding, *inputs),
+                _collectives.vary_like(jnp.zeros((), dtype), unembedding, *inputs,
+                                       exclude=vocab_axis))
     xs = (jnp.arange(num_chunks), hidden, tokens, valid)
     carry, (lp, dh) = jax.lax.scan(step, init, xs)
     return lp, dh, carry
@@ -123,20 +158,27 @@ def _loss_args(consts):
     return {k: v for k, v in consts.items() if k != "temperature"}
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _fused(hidden, unembedding, tokens, valid, consts, chunk_size):
-    lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _fused(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis):
+    lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False,
+                    vocab_axis=vocab_axis)
     return _loss(lp, _loss_args(consts))
 
 
-def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size):
+def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis):
     lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, chunk_size,
-                                    with_grad=True)
+                                    with_grad=True, vocab_axis=vocab_axis)
     out = _loss(lp, _loss_args(consts))
+    # Inside jax.shard_map a gradient is summed over the axes it varies over and its primal does
+    # not (a replicated unembedding's gradient is every batch shard's sum), as autodiff would.
+    dh = _collectives.sum_to_like(dh, hidden)
+    dw = _collectives.sum_to_like(dw, unembedding)
+    if consts.get("temperature") is not None:
+        d_inv_temp = _collectives.sum_to_like(d_inv_temp, consts["temperature"])
     return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts)
 
 
-def _fused_bwd(chunk_size, residuals, cotangent):
+def _fused_bwd(chunk_size, vocab_axis, residuals, cotangent):
     # The metrics are stop_gradient quantities of policy_loss: only the loss carries a gradient.
     # old_logp, advantages, ref_logp and rollout_logp are constants of policy_loss (no gradient).
     # The numeric options' gradients (d loss / d normalizer, kl_coef, ...) are the loss body's at
@@ -180,6 +222,7 @@ def policy_loss_from_hidden(
     token_turn: Int[Array, "B T"] | None = None,
     rollout_logp: Float[Array, "B T"] | None = None,
     entropy: Float[Array, "B T"] | None = None,
+    vocab_axis: str | tuple[str, ...] | None = None,
 ) -> PolicyLoss:
     """:func:`policy_loss` of the log-probs of ``hidden @ unembedding``, fused: three GEMMs a chunk.
 
@@ -232,6 +275,13 @@ def policy_loss_from_hidden(
       ref_logp, token_turn, rollout_logp: as in :func:`policy_loss`.
       entropy: not supported (an entropy bonus needs the entropy's own gradient to the logits);
         use ``token_logprobs_from_hidden(..., with_entropy=True)`` and :func:`policy_loss`.
+      vocab_axis: static; inside ``jax.shard_map``, the mesh axis over which the unembedding's
+        vocabulary is split (each device passes its ``[D, V/n]`` slice, device ``i`` of the axis
+        holding ids ``[i·V/n, (i+1)·V/n)``; ``hidden``, ``tokens`` and the loss's inputs are the
+        same on every device of the axis), as in :func:`token_logprobs_from_hidden`: per chunk
+        the log-sum-exp, the taken logit and ``d h`` are combined across the axis (``[B, c]`` and
+        ``[B, c, D]`` collectives), ``d W`` is the slice's own. The loss and ``d hidden`` are the
+        whole vocabulary's on every device, the unembedding's gradient is the slice's.
 
     Returns:
       ``PolicyLoss(loss, metrics)`` as :func:`policy_loss`. ``loss`` is NaN when an unmasked
@@ -276,6 +326,7 @@ def policy_loss_from_hidden(
             "entropy's gradient to the logits): use token_logprobs_from_hidden(..., "
             "with_entropy=True) and policy_loss(..., entropy=...) with `entropy_coef`.")
 
+    _collectives.check_axis_name(vocab_axis, "vocab_axis")
     hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
     batch, length, _ = hidden.shape
     shape = (batch, length)
@@ -331,4 +382,4 @@ def policy_loss_from_hidden(
     consts = jax.tree_util.tree_map(jnp.asarray, consts)
     h, tok, valid = (_chunks_of(x, num_chunks, chunk_size)
                      for x in (padded(hidden), padded(tokens), consts["mask"]))
-    return _fused(h, unembedding, tok, valid, consts, chunk_size)
+    return _fused(h, unembedding, tok, valid, consts, chunk_size, vocab_axis)
