@@ -31,7 +31,7 @@ from ._logprobs import (
 from ._loss_options import MOVED_TO_LOSS_OPTIONS, LossOptions, as_loss_options
 from ._losses import PolicyLoss, _check_policy_args, _policy_loss_body, _token_advantages
 
-_STATIC = ("chunk_size", "vocab_axis")
+_STATIC = ("chunk_size", "vocab_axis", "axis_name")
 # Token arrays of the loss, padded to the chunked length (masked there) with these values.
 _TOKEN_FIELDS = ("old_logp", "ref_logp", "rollout_logp")
 
@@ -66,7 +66,7 @@ def _vocab_parallel_chunk_logprobs(h, w, tok, valid, dtype, inv_temp, axis):
 
 
 def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad: bool,
-         vocab_axis=None):
+         vocab_axis=None, axis_name=None):
     """The chunked scan over ``[n, B, c, ...]`` inputs: the ``[n, B, c]`` log-probs and, with
     ``with_grad``, the gradients of the loss w.r.t. the chunked hidden states and ``unembedding``.
     With ``vocab_axis`` the unembedding is this device's vocabulary shard: the sums over the
@@ -78,7 +78,7 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
     loss_args = _loss_args(consts)
 
     def loss_of(lp_chunks):  # [n, B, c] log-probs -> the scalar loss
-        return _loss(lp_chunks, loss_args).loss
+        return _loss(lp_chunks, loss_args, axis_name).loss
 
     # Positions outside the chunk being differentiated hold the behaviour policy's log-probs
     # (ratio 1, finite): with a per-token ratio their values do not enter the chunk's gradient.
@@ -147,28 +147,28 @@ def _unchunk(x):  # [n, B, c, ...] -> [B, n*c, ...]
     return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
 
 
-def _loss(lp_chunks, loss_args) -> PolicyLoss:
+def _loss(lp_chunks, loss_args, axis_name=None) -> PolicyLoss:
     args = dict(loss_args)
     lp = _unchunk(lp_chunks)
     return _policy_loss_body(lp, args.pop("old_logp"), args.pop("advantages"), args.pop("mask"),
-                             **args)
+                             **args, axis_name=axis_name)
 
 
 def _loss_args(consts):
     return {k: v for k, v in consts.items() if k != "temperature"}
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _fused(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _fused(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis, axis_name):
     lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False,
-                    vocab_axis=vocab_axis)
-    return _loss(lp, _loss_args(consts))
+                    vocab_axis=vocab_axis, axis_name=axis_name)
+    return _loss(lp, _loss_args(consts), axis_name)
 
 
-def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis):
+def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis, axis_name):
     lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, chunk_size,
-                                    with_grad=True, vocab_axis=vocab_axis)
-    out = _loss(lp, _loss_args(consts))
+                                    with_grad=True, vocab_axis=vocab_axis, axis_name=axis_name)
+    out = _loss(lp, _loss_args(consts), axis_name)
     # Inside jax.shard_map a gradient is summed over the axes it varies over and its primal does
     # not (a replicated unembedding's gradient is every batch shard's sum), as autodiff would.
     dh = _collectives.sum_to_like(dh, hidden)
@@ -178,7 +178,7 @@ def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axi
     return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts)
 
 
-def _fused_bwd(chunk_size, vocab_axis, residuals, cotangent):
+def _fused_bwd(chunk_size, vocab_axis, axis_name, residuals, cotangent):
     # The metrics are stop_gradient quantities of policy_loss: only the loss carries a gradient.
     # old_logp, advantages, ref_logp and rollout_logp are constants of policy_loss (no gradient).
     # The numeric options' gradients (d loss / d normalizer, kl_coef, ...) are the loss body's at
@@ -186,7 +186,8 @@ def _fused_bwd(chunk_size, vocab_axis, residuals, cotangent):
     dh, dw, d_inv_temp, lp, consts = residuals
     g = cotangent.loss
     args = _loss_args(consts)
-    _, options_vjp = jax.vjp(lambda o: _loss(lp, {**args, "options": o}).loss, args["options"])
+    _, options_vjp = jax.vjp(lambda o: _loss(lp, {**args, "options": o}, axis_name).loss,
+                             args["options"])
     (d_options,) = options_vjp(g)
     d_consts = {k: None for k in consts}
     d_consts["options"] = d_options
@@ -223,6 +224,7 @@ def policy_loss_from_hidden(
     rollout_logp: Float[Array, "B T"] | None = None,
     entropy: Float[Array, "B T"] | None = None,
     vocab_axis: str | tuple[str, ...] | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
 ) -> PolicyLoss:
     """:func:`policy_loss` of the log-probs of ``hidden @ unembedding``, fused: three GEMMs a chunk.
 
@@ -282,6 +284,8 @@ def policy_loss_from_hidden(
         the log-sum-exp, the taken logit and ``d h`` are combined across the axis (``[B, c]`` and
         ``[B, c, D]`` collectives), ``d W`` is the slice's own. The loss and ``d hidden`` are the
         whole vocabulary's on every device, the unembedding's gradient is the slice's.
+      axis_name: static; the mesh axis the rows are split over, for the loss's global token
+        normaliser (as in :func:`policy_loss`).
 
     Returns:
       ``PolicyLoss(loss, metrics)`` as :func:`policy_loss`. ``loss`` is NaN when an unmasked
@@ -327,6 +331,7 @@ def policy_loss_from_hidden(
             "with_entropy=True) and policy_loss(..., entropy=...) with `entropy_coef`.")
 
     _collectives.check_axis_name(vocab_axis, "vocab_axis")
+    _collectives.check_axis_name(axis_name)
     hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
     batch, length, _ = hidden.shape
     shape = (batch, length)
@@ -363,7 +368,8 @@ def policy_loss_from_hidden(
     if length == 0:  # no token: policy_loss of an empty mask (loss 0, zero gradients, no scan)
         return _policy_loss_body(jnp.zeros(shape, _checks.compute_dtype(common)), old_logp,
                                  advantages, mask, options=options, ref_logp=ref_logp,
-                                 token_turn=token_turn, rollout_logp=rollout_logp, entropy=None)
+                                 token_turn=token_turn, rollout_logp=rollout_logp, entropy=None,
+                                 axis_name=axis_name)
     num_chunks = -(-length // chunk_size)
     pad = num_chunks * chunk_size - length
 
@@ -382,4 +388,4 @@ def policy_loss_from_hidden(
     consts = jax.tree_util.tree_map(jnp.asarray, consts)
     h, tok, valid = (_chunks_of(x, num_chunks, chunk_size)
                      for x in (padded(hidden), padded(tokens), consts["mask"]))
-    return _fused(h, unembedding, tok, valid, consts, chunk_size, vocab_axis)
+    return _fused(h, unembedding, tok, valid, consts, chunk_size, vocab_axis, axis_name)
