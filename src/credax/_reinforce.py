@@ -197,10 +197,11 @@ def reinforce_pp_baseline_advantages(
       group_ids: ``int[B]`` prompt of each row (any integers), or a ``Groups``.
       response_mask: ``bool[B, T]`` response tokens.
       normalization: the token whitening, a :class:`credax.Normalization`.
-      axis_name: static; inside ``jax.shard_map`` with the batch's rows split (whole prompt groups on each shard: the prompt mean stays local) over mesh axis
-        ``axis_name``, whiten over the tokens of every shard (count, mean and spread ``psum``-ed;
-        equal to the unsharded call to float32 rounding; a shard with no valid token gets 0).
-        ``None`` (default): over this call's tokens.
+      axis_name: static; inside ``jax.shard_map`` with the batch's rows split over mesh axis
+        ``axis_name`` (whole prompt groups on each shard: the prompt mean stays local), whiten
+        over the tokens of every shard (count, mean and spread ``psum``-ed; equal to the
+        unsharded call to float32 rounding; a shard with no valid token gets 0). ``None``
+        (default): over this call's tokens.
 
     Returns:
       ``float[B, T]``; ``0`` at masked tokens.

@@ -162,9 +162,9 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
         — the same value and gradients, three GEMMs a chunk instead of four (not with
         ``ratio="sequence"``); ``vocab_axis`` (inside ``jax.shard_map``, a model whose pair
         output holds this device's ``[D, V/n]`` unembedding slice) names the mesh axis the
-        vocabulary is split over (:func:`credax.policy_loss_from_hidden`); ``options``, a :class:`credax.LossOptions` (e.g.
-        ``credax.presets.VERL_LOSS``), goes to the loss. A loss field given loose
-        (``clip_low=...``) is a ``TypeError`` saying it goes in ``options=``.
+        vocabulary is split over (:func:`credax.policy_loss_from_hidden`); ``options``, a
+        :class:`credax.LossOptions` (e.g. ``credax.presets.VERL_LOSS``), goes to the loss. A loss
+        field given loose (``clip_low=...``) is a ``TypeError`` saying it goes in ``options=``.
 
     Returns:
       ``(loss, PolicyMetrics)``.
