@@ -159,3 +159,27 @@ def vocab_parallel_softmax_mean(c: VocabChunk, inv_temp, axis_name) -> jax.Array
     scaled = z if inv_temp is None else z * inv_temp
     p = jnp.exp(scaled - c.lse[..., None])
     return jax.lax.psum(jnp.sum(p * z, axis=-1), axis_name)
+
+
+def explicit_vocab_split(unembedding):
+    """``(mesh, axis)`` where ``unembedding [D, V]`` is sharded over its vocabulary (and not over
+    ``D``) on *Explicit* mesh axes (``jax.make_mesh``'s default), else ``None``: the fused head
+    then runs vocabulary-parallel inside a ``jax.shard_map`` of its own, so the ``[D, V]``
+    unembedding is never gathered (the other inputs, ``[B, T]``-sized and ``hidden``, are
+    replicated as before)."""
+    if not isinstance(unembedding, jax.Array):
+        return None
+    try:
+        sharding = jax.typeof(unembedding).sharding
+    except TypeError:  # pragma: no cover - exotic array types
+        return None
+    mesh = getattr(sharding, "mesh", None)
+    spec = tuple(getattr(sharding, "spec", ()) or ())
+    if mesh is None or mesh.empty or len(spec) < 2 or spec[1] is None or spec[0] is not None:
+        return None
+    axis = spec[1]
+    names = (axis,) if isinstance(axis, str) else tuple(axis)
+    types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
+    if any(types.get(n) != jax.sharding.AxisType.Explicit for n in names):
+        return None
+    return mesh, axis

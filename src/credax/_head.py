@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks, _collectives
-from ._api import jit_public
+from ._api import _replicate_tree, jit_public, replicate_explicit
 from ._logprobs import (
     _check_logprobs_args,
     _check_tokens,
@@ -202,12 +202,13 @@ def _fused_bwd(chunk_size, vocab_axis, axis_name, residuals, cotangent):
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-# replicate=True: under Explicit mesh axes the chunked scan's selects cannot resolve a batch-sharded
-# operand against its unsharded carries (ShardingTypeError, tests/test_multidevice.py); the inputs
-# are gathered first, which costs the data parallelism of this call there. Auto (GSPMD) shardings
-# and single-device arrays pass unchanged (credax._api.replicate_explicit).
-@jit_public(static_argnames=_STATIC, check=_check_args, replicate=True,
-            hints=MOVED_TO_LOSS_OPTIONS)
+# Under Explicit mesh axes the chunked scan's selects cannot resolve a batch-sharded operand against
+# its unsharded carries (ShardingTypeError, tests/test_multidevice.py): the inputs are gathered
+# first (credax._api.replicate_explicit), which costs the data parallelism of this call there,
+# except an unembedding sharded over its vocabulary, which is never gathered: the head then runs
+# vocabulary-parallel inside a shard_map of its own (credax._collectives.explicit_vocab_split).
+# Auto (GSPMD) shardings and single-device arrays pass unchanged.
+@jit_public(static_argnames=_STATIC, check=_check_args, hints=MOVED_TO_LOSS_OPTIONS)
 def policy_loss_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],
@@ -317,6 +318,13 @@ def policy_loss_from_hidden(
       Liger-Kernel's chunked fused linear PPO/GRPO losses (gradients in the forward pass);
       Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models" (arXiv 2411.09009).
     """
+    split = None if vocab_axis is not None else _collectives.explicit_vocab_split(unembedding)
+    if split is None:
+        unembedding = replicate_explicit(unembedding)
+    (hidden, tokens, old_logp, advantages, mask, temperature, options, ref_logp, token_turn,
+     rollout_logp) = (_replicate_tree(x) for x in (hidden, tokens, old_logp, advantages, mask,
+                                                    temperature, options, ref_logp, token_turn,
+                                                    rollout_logp))
     options = as_loss_options(options)
     if options.ratio != "token":
         raise ValueError(
@@ -388,4 +396,14 @@ def policy_loss_from_hidden(
     consts = jax.tree_util.tree_map(jnp.asarray, consts)
     h, tok, valid = (_chunks_of(x, num_chunks, chunk_size)
                      for x in (padded(hidden), padded(tokens), consts["mask"]))
+    if split is not None:  # the vocabulary split over Explicit mesh axes: its own shard_map
+        mesh, axis = split
+
+        def shard(h, w, tok, valid, consts):
+            return _fused(h, w, tok, valid, consts, chunk_size, axis, axis_name)
+
+        whole = jax.sharding.PartitionSpec()
+        return jax.shard_map(shard, mesh=mesh, out_specs=whole, in_specs=(
+            whole, jax.sharding.PartitionSpec(None, axis), whole, whole, whole))(
+                h, unembedding, tok, valid, consts)
     return _fused(h, unembedding, tok, valid, consts, chunk_size, vocab_axis, axis_name)

@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks, _collectives
-from ._api import concrete_numpy, jit_public, reads
+from ._api import concrete_numpy, jit_public, reads, replicate_explicit
 
 # --------------------------------------------------------------------------------------------
 # Token log-probabilities.
@@ -507,6 +507,30 @@ def token_logprobs_from_hidden(
       2411.09009); here expressed with ``lax.scan`` + ``jax.checkpoint`` so XLA needs no custom
       kernel.
     """
+    split = None if vocab_axis is not None else _collectives.explicit_vocab_split(unembedding)
+    if split is None:
+        return _from_hidden(hidden, unembedding, tokens, chunk_size, mask, temperature,
+                            with_entropy, vocab_axis)
+    # The unembedding sharded over its vocabulary on Explicit mesh axes: vocabulary-parallel in
+    # a shard_map of its own (never gathered); the other inputs replicated.
+    mesh, axis = split
+    whole = jax.sharding.PartitionSpec()
+    given = {k: replicate_explicit(v) for k, v in
+             dict(hidden=hidden, tokens=tokens, mask=mask, temperature=temperature).items()
+             if isinstance(v, jax.Array)}
+
+    def shard(w, given):
+        a = {**dict(hidden=hidden, tokens=tokens, mask=mask, temperature=temperature), **given}
+        return _from_hidden(a["hidden"], w, a["tokens"], chunk_size, a["mask"], a["temperature"],
+                            with_entropy, axis)
+
+    return jax.shard_map(shard, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(None, axis), whole),
+                         out_specs=whole)(unembedding, given)
+
+
+def _from_hidden(hidden, unembedding, tokens, chunk_size, mask, temperature, with_entropy,
+                 vocab_axis):
+    """The body of :func:`token_logprobs_from_hidden` (``vocab_axis``: this device's shard)."""
     hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
     batch, length, _ = hidden.shape
     tokens = _check_tokens(tokens, (batch, length))
