@@ -169,13 +169,10 @@ def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axi
     lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, chunk_size,
                                     with_grad=True, vocab_axis=vocab_axis, axis_name=axis_name)
     out = _loss(lp, _loss_args(consts), axis_name)
-    # Inside jax.shard_map a gradient is summed over the axes it varies over and its primal does
-    # not (a replicated unembedding's gradient is every batch shard's sum), as autodiff would.
-    dh = _collectives.sum_to_like(dh, hidden)
-    dw = _collectives.sum_to_like(dw, unembedding)
-    if consts.get("temperature") is not None:
-        d_inv_temp = _collectives.sum_to_like(d_inv_temp, consts["temperature"])
-    return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts)
+    # Empty slices of the primals: their types (the mesh axes they vary over inside shard_map)
+    # for the backward pass, at no memory cost.
+    like = (hidden[:0], unembedding[:0])
+    return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts, like)
 
 
 def _fused_bwd(chunk_size, vocab_axis, axis_name, residuals, cotangent):
@@ -183,7 +180,7 @@ def _fused_bwd(chunk_size, vocab_axis, axis_name, residuals, cotangent):
     # old_logp, advantages, ref_logp and rollout_logp are constants of policy_loss (no gradient).
     # The numeric options' gradients (d loss / d normalizer, kl_coef, ...) are the loss body's at
     # the computed log-probs, which do not depend on them.
-    dh, dw, d_inv_temp, lp, consts = residuals
+    dh, dw, d_inv_temp, lp, consts, (hidden_like, unembedding_like) = residuals
     g = cotangent.loss
     args = _loss_args(consts)
     _, options_vjp = jax.vjp(lambda o: _loss(lp, {**args, "options": o}, axis_name).loss,
@@ -191,12 +188,16 @@ def _fused_bwd(chunk_size, vocab_axis, axis_name, residuals, cotangent):
     (d_options,) = options_vjp(g)
     d_consts = {k: None for k in consts}
     d_consts["options"] = d_options
+    # Inside jax.shard_map a gradient is summed over the mesh axes it varies over and its primal
+    # does not (a replicated unembedding's gradient is the sum of every batch shard's), as
+    # autodiff's transpose of the implicit broadcast gives it.
+    like = _collectives.sum_to_like
     if consts.get("temperature") is not None:
         _, temp_vjp = jax.vjp(lambda t: _inverse_temperature(t, d_inv_temp.dtype),
                               consts["temperature"])
-        (d_consts["temperature"],) = temp_vjp(g * d_inv_temp)
-    return ((g * dh.astype(g.dtype)).astype(dh.dtype), (g * dw.astype(g.dtype)).astype(dw.dtype),
-            None, None, d_consts)
+        (d_consts["temperature"],) = temp_vjp(like(g * d_inv_temp, consts["temperature"]))
+    return (like(g * dh.astype(g.dtype), hidden_like).astype(dh.dtype),
+            like(g * dw.astype(g.dtype), unembedding_like).astype(dw.dtype), None, None, d_consts)
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
