@@ -7,7 +7,8 @@ at start-up): with the unembedding's vocabulary split over 4 or 8 devices inside
 the log-probs, entropies, loss and metrics, and the gradients w.r.t. the hidden states, the
 device's unembedding slice and the temperature equal the single-device call to float32 rounding
 (relative to the output's magnitude); chunked with a padded last chunk, with temperature and
-entropy, one row all masked; rows over a second axis with the loss's global normaliser; the NNX
+entropy, one row all masked; rows over a second axis with the loss's global normaliser; rows
+alone over an axis (the replicated unembedding's gradient summed over the shards); the NNX
 wrapper (fused and not); and the compiled program holds no all-gather. Before this issue the
 Explicit-mesh ``jit`` call all-gathered the ``[D, V]`` unembedding (``policy_loss_from_hidden``)
 or failed with a ``ShardingTypeError`` (``token_logprobs_from_hidden``).
@@ -28,7 +29,7 @@ ROUNDING = 2e-6  # relative; measured <= 9.5e-7
 CHECKS = ["logprobs n=4 chunk=None T=None entropy=False", "logprobs n=4 chunk=4 T=None entropy=False",
           "logprobs n=4 chunk=3 T=1.3 entropy=True", "logprobs n=8 chunk=4 T=0.7 entropy=True",
           "loss n=4 chunk=4 T=1.0 agg=token-mean", "loss n=8 chunk=3 T=0.7 agg=seq-mean-token-mean",
-          "loss data x vocab", "nnx policy_loss_fn", "explicit mesh jit"]
+          "loss data x vocab", "loss rows only", "nnx policy_loss_fn", "explicit mesh jit"]
 
 
 @pytest.fixture(scope="module")

@@ -153,6 +153,34 @@ def two_axes():
 report("loss data x vocab", two_axes)
 
 
+def rows_only():
+    # Rows over "data" (2), the unembedding whole and replicated, no axis argument: each shard's
+    # loss is its own rows'; the replicated unembedding's gradient is the sum of the shards'
+    # (autodiff's transpose of the broadcast), the hidden states' each shard's own.
+    mesh = jax.make_mesh((2,), ("data",), devices=jax.devices()[:2])
+    rows = lambda x: jax.device_put(x, NamedSharding(mesh, P("data")))  # noqa: E731
+    kw = dict(chunk_size=4, temperature=0.8)
+
+    def loss(h, w, tok, old, adv, mask):
+        return credax.policy_loss_from_hidden(h, w, tok, old, adv, mask, **kw).loss
+
+    vg = jax.shard_map(lambda *a: jax.value_and_grad(loss, argnums=(0, 1))(*a)[1], mesh=mesh,
+                       in_specs=(P("data"), P(), P("data"), P("data"), P("data"), P("data")),
+                       out_specs=(P("data"), P()))
+    args = (rows(h), jax.device_put(w, NamedSharding(mesh, P())), rows(tok), rows(old), rows(adv),
+            rows(mask))
+    g = vg(*args)
+    half = B // 2
+    parts = [jax.grad(loss, argnums=(0, 1))(h[i:i + half], w, tok[i:i + half], old[i:i + half],
+                                            adv[i:i + half], mask[i:i + half]) for i in (0, half)]
+    g0 = (jnp.concatenate([p[0] for p in parts]), parts[0][1] + parts[1][1])
+    return {"value": 0.0, "grads": [rel(a, b) for a, b in zip(g, g0, strict=True)],
+            "gathers": gathers(vg, *args)}
+
+
+report("loss rows only", rows_only)
+
+
 def nnx_case():
     # credax.nnx with a model whose pair output holds this device's unembedding slice.
     mesh = jax.make_mesh((4,), ("v",), devices=jax.devices()[:4])
