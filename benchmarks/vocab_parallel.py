@@ -6,7 +6,8 @@ Run (8 forced CPU devices; the flag must be set before JAX starts)::
         python -m benchmarks.vocab_parallel [--vocab 32768 131072] [--tokens B,T] [--dim D]
 
 On a multi-GPU host drop the flag: the mesh is the first ``--devices`` devices JAX sees (default 8,
-or all of them if fewer). One training step's head, ``jax.value_and_grad`` of
+or all of them if fewer); ``make bench-gpu`` and ``benchmarks/gpu_host.sh`` run it at the LM head's
+GPU sizes (``--tokens 4,512 --dim 2048 --chunk 512 --min-devices 2``: skipped on one GPU). One training step's head, ``jax.value_and_grad`` of
 ``policy_loss_from_hidden`` (token-mean, chunk ``--chunk`` positions) w.r.t. the hidden states and
 the unembedding, three ways:
 
@@ -93,9 +94,15 @@ def main(argv=None):
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-time", action="store_true", help="memory only (no run)")
+    parser.add_argument("--min-devices", type=int, default=1,
+                        help="print 'skipped' and exit 0 when JAX sees fewer devices (make bench-gpu)")
     args = parser.parse_args(argv)
     batch, length = (int(x) for x in args.tokens.split(","))
     n = min(args.devices, len(jax.devices()))
+    if n < args.min_devices:
+        print(f"vocab_parallel: skipped ({len(jax.devices())} {jax.devices()[0].platform} device(s); "
+              f"needs {args.min_devices})")
+        return
     print(f"{jax.devices()[0].platform} x{n} ({jax.devices()[0].device_kind}), jax {jax.__version__}; "
           f"B={batch} T={length} (N={batch * length}) D={args.dim} chunk={args.chunk}, float32; "
           "per device, MiB")

@@ -71,3 +71,25 @@ def test_vocab_axis_must_be_an_axis_name():
     with pytest.raises(TypeError, match="vocab_axis"):
         credax.token_logprobs_from_hidden(jnp.zeros((1, 2, 3)), jnp.zeros((3, 4)),
                                           jnp.zeros((1, 2), jnp.int32), vocab_axis=3)
+
+
+def test_the_benchmark_measures_per_device_memory_of_the_three_paths():
+    # benchmarks/vocab_parallel.py at toy sizes, memory only (XLA's memory analysis: exact): the
+    # vocabulary-parallel path holds less than half the single device's arguments and temporaries
+    # on 8 devices, the gathered path all-gathers the unembedding and holds more than one device.
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), str(root),
+                                                      env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.vocab_parallel", "--no-time",
+                           "--vocab", "8192", "--tokens", "2,64", "--dim", "64", "--chunk", "16"],
+                          env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {cells[1]: [float(c) for c in cells[2:6]] for line in proc.stdout.splitlines()
+            if line.startswith("| 8,192") for cells in [[c.strip() for c in line.split("|")[1:-1]]]}
+    assert set(rows) == {"vocab-parallel", "gathered (all-gather)", "single"}, proc.stdout
+    total = {name: r[0] + r[2] for name, r in rows.items()}  # arguments + temporaries, MiB
+    assert total["vocab-parallel"] < total["single"] / 2, rows
+    assert total["gathered (all-gather)"] > total["single"], rows
