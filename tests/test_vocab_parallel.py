@@ -73,6 +73,25 @@ def test_vocab_axis_must_be_an_axis_name():
                                           jnp.zeros((1, 2), jnp.int32), vocab_axis=3)
 
 
+@pytest.mark.parametrize("call", ["logprobs", "loss", "reinforce", "aggregate"])
+def test_an_axis_outside_shard_map_is_named(call):
+    import jax.numpy as jnp
+
+    import credax
+
+    h, w, tok = jnp.zeros((1, 2, 3)), jnp.zeros((3, 4)), jnp.zeros((1, 2), jnp.int32)
+    mask, old = jnp.ones((1, 2), bool), jnp.zeros((1, 2))
+    calls = {
+        "logprobs": lambda: credax.token_logprobs_from_hidden(h, w, tok, vocab_axis="v"),
+        "loss": lambda: credax.policy_loss_from_hidden(h, w, tok, old, jnp.ones(1), mask,
+                                                       vocab_axis="v"),
+        "reinforce": lambda: credax.reinforce_pp_advantages(old, mask, axis_name="data"),
+        "aggregate": lambda: credax.aggregate(old, mask, axis_name="data"),
+    }
+    with pytest.raises(ValueError, match="names no mesh axis bound here"):
+        calls[call]()
+
+
 def test_the_benchmark_measures_per_device_memory_of_the_three_paths():
     # benchmarks/vocab_parallel.py at toy sizes, memory only (XLA's memory analysis: exact): the
     # vocabulary-parallel path holds less than half the single device's arguments and temporaries

@@ -26,12 +26,22 @@ AxisName = str | tuple[str, ...] | None
 
 def check_axis_name(axis_name, name: str = "axis_name") -> None:
     """``TypeError`` unless ``axis_name`` is ``None``, a string or a tuple of strings (a mesh axis
-    name, static)."""
-    ok = axis_name is None or isinstance(axis_name, str) or (
+    name, static); ``ValueError`` when it names no axis bound here (the call is not inside a
+    ``jax.shard_map`` over it)."""
+    if axis_name is None:
+        return
+    ok = isinstance(axis_name, str) or (
         isinstance(axis_name, tuple) and axis_name and all(isinstance(a, str) for a in axis_name))
     if not ok:
         raise TypeError(f"`{name}` must be a mesh axis name (a string or a tuple of strings) or "
                         f"None; got {axis_name!r}.")
+    try:
+        jax.lax.axis_size(axis_name)
+    except NameError:
+        raise ValueError(
+            f"`{name}={axis_name!r}` names no mesh axis bound here: it is for calls inside "
+            f"`jax.shard_map` over that axis (outside, pass global arrays and no `{name}`)."
+        ) from None
 
 
 def varying_axes(x) -> frozenset:
