@@ -7,7 +7,9 @@ Run (8 forced CPU devices; the flag must be set before JAX starts)::
 
 On a multi-GPU host drop the flag: the mesh is the first ``--devices`` devices JAX sees (default 8,
 or all of them if fewer); ``make bench-gpu`` and ``benchmarks/gpu_host.sh`` run it at the LM head's
-GPU sizes (``--tokens 4,512 --dim 2048 --chunk 512 --min-devices 2``: skipped on one GPU). One training step's head, ``jax.value_and_grad`` of
+GPU sizes (``--tokens 4,512 --dim 2048 --chunk 512 --min-devices 2``: skipped on one GPU).
+
+One training step's head, ``jax.value_and_grad`` of
 ``policy_loss_from_hidden`` (token-mean, chunk ``--chunk`` positions) w.r.t. the hidden states and
 the unembedding, three ways:
 
