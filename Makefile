@@ -73,7 +73,8 @@ $(GPU_STAMP): pyproject.toml $(BENCH_STAMP)
 VOCAB_PARALLEL_GPU := --tokens 4,512 --dim 2048 --chunk 512 --min-devices 2
 bench-gpu: $(GPU_STAMP)
 	timeout 600 $(PY) -m benchmarks.speed --platform gpu --preset gpu --require gpu --out benchmarks/results $(BENCH_ARGS)
-	timeout 300 $(PY) -m benchmarks.vocab_parallel $(VOCAB_PARALLEL_GPU) | tee benchmarks/results/vocab-parallel-gpu.md
+	timeout 300 $(PY) -m benchmarks.vocab_parallel $(VOCAB_PARALLEL_GPU) > benchmarks/results/vocab-parallel-gpu.md
+	cat benchmarks/results/vocab-parallel-gpu.md
 
 # The same run on a GPU host that cannot install anything (no package index; its own python3
 # already holds JAX with CUDA): credax from src/, no venv, the host's versions in host.txt.
