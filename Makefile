@@ -70,8 +70,13 @@ $(GPU_STAMP): pyproject.toml $(BENCH_STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench,gpu]'
 	touch $(GPU_STAMP)
 
+# Then, on a host with two or more GPUs, the vocabulary-parallel head against the gathered and the
+# single-device paths at the LM head's GPU sizes (benchmarks/vocab_parallel.py; skipped on one).
+VOCAB_PARALLEL_GPU := --tokens 4,512 --dim 2048 --chunk 512 --min-devices 2
 bench-gpu: $(GPU_STAMP)
 	timeout 600 $(PY) -m benchmarks.speed --platform gpu --preset gpu --require gpu --out benchmarks/results $(BENCH_ARGS)
+	timeout 300 $(PY) -m benchmarks.vocab_parallel $(VOCAB_PARALLEL_GPU) > benchmarks/results/vocab-parallel-gpu.md
+	cat benchmarks/results/vocab-parallel-gpu.md
 
 # The same run on a GPU host that cannot install anything (no package index; its own python3
 # already holds JAX with CUDA): credax from src/, no venv, the host's versions in host.txt.

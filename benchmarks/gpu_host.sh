@@ -16,7 +16,8 @@
 # the NNX step with a head-dominated model and the credit computation's share of it
 # (`benchmarks/nnx_step.py head --head-size NNX_SIZE`: gpu, or quick with PRESET=quick; NNX_TIMEOUT
 # seconds, default 240) goes to nnx_step.log; without them, or when the bench refused the host
-# (exit 2: no GPU), the log says it was skipped.
+# (exit 2: no GPU), the log says it was skipped. Last, on two or more GPUs, the vocabulary-parallel
+# head (benchmarks/vocab_parallel.py, VOCAB_ARGS, VOCAB_TIMEOUT) goes to vocab_parallel.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: bash benchmarks/gpu_host.sh OUT_DIR}"
@@ -59,5 +60,16 @@ elif PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" "$py" -c "import flax.nnx, opta
     2>&1 | tee "$out/nnx_step.log"
 else
   echo "nnx_step: skipped (flax or optax does not import on this host)" | tee "$out/nnx_step.log"
+fi
+
+# The vocabulary-parallel head (benchmarks/vocab_parallel.py) on a host with two or more GPUs:
+# per-device memory and time against the gathered and the single-device paths at the LM head's GPU
+# sizes; skipped (and said so in vocab_parallel.log) on one GPU or when the bench refused the host.
+if [ "$status" = 2 ]; then
+  echo "vocab_parallel: skipped (the benchmark refused this host)" | tee "$out/vocab_parallel.log"
+else
+  PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+    timeout "${VOCAB_TIMEOUT:-240}" "$py" -m benchmarks.vocab_parallel \
+    ${VOCAB_ARGS:---tokens 4,512 --dim 2048 --chunk 512 --min-devices 2} 2>&1 | tee "$out/vocab_parallel.log"
 fi
 exit "$status"

@@ -241,6 +241,7 @@ def test_gpu_host_script_records_the_host_and_runs_the_benchmark_from_src(tmp_pa
     assert f"from {root / 'src' / 'credax'}" in host and "\njax 0." in host, host
     assert not (refused / "speed-gpu.json").exists()
     assert "skipped" in (refused / "nnx_step.log").read_text()
+    assert "skipped" in (refused / "vocab_parallel.log").read_text()
     # the same script end to end on the CPU at toy sizes (PRESET / REQUIRE exist for this check)
     out = tmp_path / "ran"
     proc = subprocess.run(["bash", "benchmarks/gpu_host.sh", str(out), "--only", "grpo",
@@ -253,6 +254,8 @@ def test_gpu_host_script_records_the_host_and_runs_the_benchmark_from_src(tmp_pa
     # then the NNX step's credit share (the quick head size here), with its conditions
     nnx_log = (out / "nnx_step.log").read_text()
     assert "credit:" in nnx_log and "conditions:" in nnx_log, nnx_log
+    # the vocabulary-parallel head needs two devices: one CPU device here, skipped and said so
+    assert "skipped (1 cpu device(s); needs 2)" in (out / "vocab_parallel.log").read_text()
 
 
 def test_runner_does_not_time_a_wrong_implementation():

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _api, _checks
+from ._collectives import vary_like
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -135,7 +136,11 @@ def _representatives(keys: tuple[jax.Array, ...], valid: jax.Array | None = None
     init = jnp.full((n,), -1, dtype=jnp.int32)
     if valid is not None:
         init = jnp.where(valid, init, rows)
-    _, rep = jax.lax.while_loop(lambda s: jnp.any(s[1] < 0), round_, (jnp.uint32(1), init))
+    # Inside jax.shard_map the keys vary over the mesh axes, and so does everything a round
+    # computes from them: the loop's carry must vary over the same axes from the start, or JAX
+    # refuses the loop ("carry input and carry output must have equal types").
+    state = vary_like((jnp.uint32(1), init), mixed)
+    _, rep = jax.lax.while_loop(lambda s: jnp.any(s[1] < 0), round_, state)
     return rep
 
 

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import jit_public
+from . import _checks, _collectives
+from ._api import _replicate_tree, jit_public, replicate_explicit
 from ._logprobs import (
     _check_logprobs_args,
     _check_tokens,
@@ -33,7 +33,7 @@ from ._logprobs import (
 from ._loss_options import MOVED_TO_LOSS_OPTIONS, LossOptions, as_loss_options
 from ._losses import PolicyLoss, _check_policy_args, _policy_loss_body, _token_advantages
 
-_STATIC = ("chunk_size",)
+_STATIC = ("chunk_size", "vocab_axis", "axis_name")
 # Token arrays of the loss, padded to the chunked length (masked there) with these values.
 _TOKEN_FIELDS = ("old_logp", "ref_logp", "rollout_logp")
 
@@ -57,16 +57,30 @@ def _chunk_logprobs(h, w, tok, valid, dtype, inv_temp):
     return logits, safe, in_range, lse, _checks.select(valid, lp)
 
 
-def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad: bool):
+def _vocab_parallel_chunk_logprobs(h, w, tok, valid, dtype, inv_temp, axis):
+    """:func:`_chunk_logprobs` of a vocabulary shard (``vocab_axis``): this device's ``[B, c, V/n]``
+    logits, the token's index in the shard, and the whole vocabulary's log-sum-exp and log-prob
+    (``credax._collectives.vocab_parallel_chunk``: ``[B, c]`` collectives only); ``here`` marks
+    the tokens this shard holds."""
+    c = _collectives.vocab_parallel_chunk(h, w, tok, dtype, inv_temp, axis)
+    lp = _checks.select(valid, _collectives.vocab_parallel_logprobs(c, inv_temp))
+    return c.logits, c.local, c.in_range, c.lse, lp, c.here
+
+
+def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad: bool,
+         vocab_axis=None, axis_name=None):
     """The chunked scan over ``[n, B, c, ...]`` inputs: the ``[n, B, c]`` log-probs and, with
-    ``with_grad``, the gradients of the loss w.r.t. the chunked hidden states and ``unembedding``."""
+    ``with_grad``, the gradients of the loss w.r.t. the chunked hidden states and ``unembedding``.
+    With ``vocab_axis`` the unembedding is this device's vocabulary shard: the sums over the
+    vocabulary (log-sum-exp, taken logit, ``d h``, the temperature's mean logit) are ``psum``-ed
+    over that axis, ``d W`` stays the shard's."""
     dtype = _checks.compute_dtype(hidden.dtype)
     inv_temp = _inverse_temperature(consts["temperature"], dtype)
     num_chunks, batch, _, dim = hidden.shape
     loss_args = _loss_args(consts)
 
     def loss_of(lp_chunks):  # [n, B, c] log-probs -> the scalar loss
-        return _loss(lp_chunks, loss_args).loss
+        return _loss(lp_chunks, loss_args, axis_name).loss
 
     if with_grad and _couples_rows(loss_args["options"]):
         # A sequence ratio or VESPO's sequence weight makes a token's gradient depend on its whole
@@ -79,9 +93,18 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
         base = _chunks_of(_checks.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
                           num_chunks, chunk_size)
 
+    def over_vocab(x):  # a sum over the vocabulary: this shard's part, then the axis's
+        return x if vocab_axis is None else jax.lax.psum(x, vocab_axis)
+
     def step(carry, xs):
         index, h, tok, m = xs
-        logits, safe, in_range, lse, lp = _chunk_logprobs(h, unembedding, tok, m, dtype, inv_temp)
+        if vocab_axis is None:
+            logits, safe, in_range, lse, lp = _chunk_logprobs(h, unembedding, tok, m, dtype,
+                                                              inv_temp)
+            here = None
+        else:
+            logits, safe, in_range, lse, lp, here = _vocab_parallel_chunk_logprobs(
+                h, unembedding, tok, m, dtype, inv_temp, vocab_axis)
         if not with_grad:
             return carry, (lp, None)
         dw, d_inv_temp = carry
@@ -92,19 +115,31 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
         # d logp / d logits = (onehot - softmax(z / T)) / T, one elementwise pass over the chunk.
         softmax = jnp.exp(_scaled(logits, inv_temp) - lse[..., None])
         vocab = jax.lax.broadcasted_iota(safe.dtype, logits.shape, logits.ndim - 1)
-        onehot = (vocab == safe[..., None]).astype(dtype)
+        onehot = vocab == safe[..., None]
+        onehot = (onehot if here is None else onehot & here[..., None]).astype(dtype)
         dlogits = (coef[..., None] * (onehot - softmax)).astype(unembedding.dtype)
-        dh = jnp.einsum("bcv,dv->bcd", dlogits, unembedding, preferred_element_type=dtype)
+        dh = over_vocab(jnp.einsum("bcv,dv->bcd", dlogits, unembedding,
+                                   preferred_element_type=dtype))
         dw = dw + jnp.einsum("bcd,bcv->dv", h, dlogits, preferred_element_type=dtype)
         if inv_temp is not None:
             # d logp / d (1/T) = z[token] - Σ_v softmax(z/T)_v z_v: the temperature's gradient,
             # as the composition's autodiff gives it.
             picked = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]
-            mean_z = jnp.sum(softmax * logits, axis=-1)
+            if here is not None:
+                picked = over_vocab(jnp.where(here, picked, jnp.zeros_like(picked)))
+            mean_z = over_vocab(jnp.sum(softmax * logits, axis=-1))
             d_inv_temp = d_inv_temp + jnp.sum(g * (picked - mean_z))
         return (dw, d_inv_temp), (lp, dh.astype(hidden.dtype))
 
-    init = (jnp.zeros(unembedding.shape, dtype), jnp.zeros((), dtype)) if with_grad else None
+    init = None
+    if with_grad:
+        # Inside jax.shard_map an accumulator varies over every mesh axis its inputs vary over:
+        # d W over all of them, the temperature's sum over all but the vocabulary axis (its
+        # terms are psum-ed over it).
+        inputs = (hidden, tokens, valid, consts)
+        init = (_collectives.vary_like(jnp.zeros(unembedding.shape, dtype), unembedding, *inputs),
+                _collectives.vary_like(jnp.zeros((), dtype), unembedding, *inputs,
+                                       exclude=vocab_axis))
     xs = (jnp.arange(num_chunks), hidden, tokens, valid)
     carry, (lp, dh) = jax.lax.scan(step, init, xs)
     return lp, dh, carry
@@ -125,59 +160,69 @@ def _unchunk(x):  # [n, B, c, ...] -> [B, n*c, ...]
     return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
 
 
-def _loss(lp_chunks, loss_args) -> PolicyLoss:
+def _loss(lp_chunks, loss_args, axis_name=None) -> PolicyLoss:
     args = dict(loss_args)
     lp = _unchunk(lp_chunks)
     return _policy_loss_body(lp, args.pop("old_logp"), args.pop("advantages"), args.pop("mask"),
-                             **args)
+                             **args, axis_name=axis_name)
 
 
 def _loss_args(consts):
     return {k: v for k, v in consts.items() if k != "temperature"}
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _fused(hidden, unembedding, tokens, valid, consts, chunk_size):
-    lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False)
-    return _loss(lp, _loss_args(consts))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _fused(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis, axis_name):
+    lp, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False,
+                    vocab_axis=vocab_axis, axis_name=axis_name)
+    return _loss(lp, _loss_args(consts), axis_name)
 
 
-def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size):
+def _fused_fwd(hidden, unembedding, tokens, valid, consts, chunk_size, vocab_axis, axis_name):
     lp, dh, (dw, d_inv_temp) = _run(hidden, unembedding, tokens, valid, consts, chunk_size,
-                                    with_grad=True)
-    out = _loss(lp, _loss_args(consts))
-    return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts)
+                                    with_grad=True, vocab_axis=vocab_axis, axis_name=axis_name)
+    out = _loss(lp, _loss_args(consts), axis_name)
+    # Empty slices of the primals: their types (the mesh axes they vary over inside shard_map)
+    # for the backward pass, at no memory cost.
+    like = (hidden[:0], unembedding[:0])
+    return out, (dh, dw.astype(unembedding.dtype), d_inv_temp, lp, consts, like)
 
 
-def _fused_bwd(chunk_size, residuals, cotangent):
+def _fused_bwd(chunk_size, vocab_axis, axis_name, residuals, cotangent):
     # The metrics are stop_gradient quantities of policy_loss: only the loss carries a gradient.
     # old_logp, advantages, ref_logp and rollout_logp are constants of policy_loss (no gradient).
     # The numeric options' gradients (d loss / d normalizer, kl_coef, ...) are the loss body's at
     # the computed log-probs, which do not depend on them.
-    dh, dw, d_inv_temp, lp, consts = residuals
+    dh, dw, d_inv_temp, lp, consts, (hidden_like, unembedding_like) = residuals
     g = cotangent.loss
     args = _loss_args(consts)
-    _, options_vjp = jax.vjp(lambda o: _loss(lp, {**args, "options": o}).loss, args["options"])
+    _, options_vjp = jax.vjp(lambda o: _loss(lp, {**args, "options": o}, axis_name).loss,
+                             args["options"])
     (d_options,) = options_vjp(g)
     d_consts = {k: None for k in consts}
     d_consts["options"] = d_options
+    # Inside jax.shard_map a gradient is summed over the mesh axes it varies over and its primal
+    # does not (a replicated unembedding's gradient is the sum of every batch shard's), as
+    # autodiff's transpose of the implicit broadcast gives it.
+    like = _collectives.sum_to_like
     if consts.get("temperature") is not None:
         _, temp_vjp = jax.vjp(lambda t: _inverse_temperature(t, d_inv_temp.dtype),
                               consts["temperature"])
-        (d_consts["temperature"],) = temp_vjp(g * d_inv_temp)
-    return ((g * dh.astype(g.dtype)).astype(dh.dtype), (g * dw.astype(g.dtype)).astype(dw.dtype),
-            None, None, d_consts)
+        (d_consts["temperature"],) = temp_vjp(like(g * d_inv_temp, consts["temperature"]))
+    return (like(g * dh.astype(g.dtype), hidden_like).astype(dh.dtype),
+            like(g * dw.astype(g.dtype), unembedding_like).astype(dw.dtype), None, None, d_consts)
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-# replicate=True: under Explicit mesh axes the chunked scan's selects cannot resolve a batch-sharded
-# operand against its unsharded carries (ShardingTypeError, tests/test_multidevice.py); the inputs
-# are gathered first, which costs the data parallelism of this call there. Auto (GSPMD) shardings
-# and single-device arrays pass unchanged (credax._api.replicate_explicit).
-@jit_public(static_argnames=_STATIC, check=_check_args, replicate=True,
-            hints=MOVED_TO_LOSS_OPTIONS)
+# Under Explicit mesh axes the chunked scan's selects cannot resolve a batch-sharded operand against
+# its unsharded carries (ShardingTypeError, tests/test_multidevice.py): the inputs are gathered
+# first (credax._api.replicate_explicit), which costs the data parallelism of this call there,
+# except an unembedding sharded over its vocabulary, which is never gathered: the head then runs
+# vocabulary-parallel inside a shard_map of its own (credax._collectives.explicit_vocab_split).
+# Auto (GSPMD) shardings and single-device arrays pass unchanged.
+@jit_public(static_argnames=_STATIC, check=_check_args, hints=MOVED_TO_LOSS_OPTIONS)
 def policy_loss_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],
@@ -193,6 +238,8 @@ def policy_loss_from_hidden(
     token_turn: Int[Array, "B T"] | None = None,
     rollout_logp: Float[Array, "B T"] | None = None,
     entropy: Float[Array, "B T"] | None = None,
+    vocab_axis: str | tuple[str, ...] | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
 ) -> PolicyLoss:
     """:func:`policy_loss` of the log-probs of ``hidden @ unembedding``, fused: three GEMMs a chunk.
 
@@ -247,6 +294,15 @@ def policy_loss_from_hidden(
       ref_logp, token_turn, rollout_logp: as in :func:`policy_loss`.
       entropy: not supported (an entropy bonus needs the entropy's own gradient to the logits);
         use ``token_logprobs_from_hidden(..., with_entropy=True)`` and :func:`policy_loss`.
+      vocab_axis: static; inside ``jax.shard_map``, the mesh axis over which the unembedding's
+        vocabulary is split (each device passes its ``[D, V/n]`` slice, device ``i`` of the axis
+        holding ids ``[i·V/n, (i+1)·V/n)``; ``hidden``, ``tokens`` and the loss's inputs are the
+        same on every device of the axis), as in :func:`token_logprobs_from_hidden`: per chunk
+        the log-sum-exp, the taken logit and ``d h`` are combined across the axis (``[B, c]`` and
+        ``[B, c, D]`` collectives), ``d W`` is the slice's own. The loss and ``d hidden`` are the
+        whole vocabulary's on every device, the unembedding's gradient is the slice's.
+      axis_name: static; the mesh axis the rows are split over, for the loss's global token
+        normaliser (as in :func:`policy_loss`).
 
     Returns:
       ``PolicyLoss(loss, metrics)`` as :func:`policy_loss`. ``loss`` is NaN when an unmasked
@@ -278,6 +334,13 @@ def policy_loss_from_hidden(
       Liger-Kernel's chunked fused linear PPO/GRPO losses (gradients in the forward pass);
       Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models" (arXiv 2411.09009).
     """
+    split = None if vocab_axis is not None else _collectives.explicit_vocab_split(unembedding)
+    if split is None:
+        unembedding = replicate_explicit(unembedding)
+    (hidden, tokens, old_logp, advantages, mask, temperature, options, ref_logp, token_turn,
+     rollout_logp) = (_replicate_tree(x) for x in (hidden, tokens, old_logp, advantages, mask,
+                                                    temperature, options, ref_logp, token_turn,
+                                                    rollout_logp))
     options = as_loss_options(options)
     if entropy is not None:
         raise ValueError(
@@ -285,6 +348,8 @@ def policy_loss_from_hidden(
             "entropy's gradient to the logits): use token_logprobs_from_hidden(..., "
             "with_entropy=True) and policy_loss(..., entropy=...) with `entropy_coef`.")
 
+    _collectives.check_axis_name(vocab_axis, "vocab_axis")
+    _collectives.check_axis_name(axis_name)
     hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
     batch, length, _ = hidden.shape
     shape = (batch, length)
@@ -321,7 +386,8 @@ def policy_loss_from_hidden(
     if length == 0:  # no token: policy_loss of an empty mask (loss 0, zero gradients, no scan)
         return _policy_loss_body(jnp.zeros(shape, _checks.compute_dtype(common)), old_logp,
                                  advantages, mask, options=options, ref_logp=ref_logp,
-                                 token_turn=token_turn, rollout_logp=rollout_logp, entropy=None)
+                                 token_turn=token_turn, rollout_logp=rollout_logp, entropy=None,
+                                 axis_name=axis_name)
     num_chunks = -(-length // chunk_size)
     pad = num_chunks * chunk_size - length
 
@@ -340,4 +406,14 @@ def policy_loss_from_hidden(
     consts = jax.tree_util.tree_map(jnp.asarray, consts)
     h, tok, valid = (_chunks_of(x, num_chunks, chunk_size)
                      for x in (padded(hidden), padded(tokens), consts["mask"]))
-    return _fused(h, unembedding, tok, valid, consts, chunk_size)
+    if split is not None:  # the vocabulary split over Explicit mesh axes: its own shard_map
+        mesh, axis = split
+
+        def shard(h, w, tok, valid, consts):
+            return _fused(h, w, tok, valid, consts, chunk_size, axis, axis_name)
+
+        whole = jax.sharding.PartitionSpec()
+        return jax.shard_map(shard, mesh=mesh, out_specs=whole, in_specs=(
+            whole, jax.sharding.PartitionSpec(None, axis), whole, whole, whole))(
+                h, unembedding, tok, valid, consts)
+    return _fused(h, unembedding, tok, valid, consts, chunk_size, vocab_axis, axis_name)

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import concrete_numpy, jit_public, reads
+from . import _checks, _collectives
+from ._api import concrete_numpy, jit_public, reads, replicate_explicit
 
 # --------------------------------------------------------------------------------------------
 # Token log-probabilities.
@@ -207,6 +207,8 @@ def check_token_range(tokens, vocab, mask) -> None:
 
 def _check_logprobs_args(arguments) -> None:
     check_temperature(arguments["temperature"])
+    if arguments.get("vocab_axis") is not None:
+        return  # a vocabulary shard: V is the axis's, not the slice's (ids are traced there)
     source = arguments.get("logits", arguments.get("unembedding"))
     shape = np.shape(source) if hasattr(source, "shape") or isinstance(source, list) else None
     if shape and len(shape) == (3 if "logits" in arguments else 2):
@@ -396,6 +398,19 @@ def token_entropy(
     return out if mask is None else _checks.select(mask, out)
 
 
+def _vocab_parallel_logprobs(h, w, tok, m, dtype, inv_temp, axis, with_entropy):
+    """:func:`token_logprobs_from_hidden`'s chunk with the vocabulary split over mesh axis
+    ``axis`` (``credax._collectives.vocab_parallel_chunk``); differentiated by autodiff, whose
+    transpose of each ``psum`` hands every device its own share of the gradient."""
+    c = _collectives.vocab_parallel_chunk(h, w, tok, dtype, inv_temp, axis)
+    lp = _collectives.vocab_parallel_logprobs(c, inv_temp)
+    lp = lp if m is None else _checks.select(m, lp)
+    if not with_entropy:
+        return lp
+    ent = _collectives.vocab_parallel_entropy(c, inv_temp, axis)
+    return LogprobsEntropy(lp, ent if m is None else _checks.select(m, ent))
+
+
 def check_hidden_and_unembedding(hidden, unembedding) -> tuple[jax.Array, jax.Array]:
     """``hidden [B, T, D]`` and ``unembedding [D, V]`` as float arrays, ``V >= 1`` and the ``D`` of
     both equal (the checks of every function from hidden states), named in the errors."""
@@ -414,7 +429,8 @@ def check_hidden_and_unembedding(hidden, unembedding) -> tuple[jax.Array, jax.Ar
     return hidden, unembedding
 
 
-@jit_public(static_argnames=("chunk_size", "with_entropy"), check=_check_logprobs_args)
+@jit_public(static_argnames=("chunk_size", "with_entropy", "vocab_axis"),
+            check=_check_logprobs_args)
 def token_logprobs_from_hidden(
     hidden: Float[Array, "B T D"],
     unembedding: Float[Array, "D V"],
@@ -424,6 +440,7 @@ def token_logprobs_from_hidden(
     mask: Bool[Array, "B T"] | None = None,
     temperature: float | Float[Array, ""] | None = None,
     with_entropy: bool = False,
+    vocab_axis: str | tuple[str, ...] | None = None,
 ) -> Float[Array, "B T"] | LogprobsEntropy:
     """Token log-probabilities from the last hidden states, without ever holding ``[B, T, V]`` logits.
 
@@ -452,6 +469,16 @@ def token_logprobs_from_hidden(
         chunk by chunk on the chunked path. ``None`` (default) is ``T = 1``.
       with_entropy: static; also return the per-token entropy (:func:`token_entropy`) computed
         from the same chunk logits (no second matmul), as ``LogprobsEntropy(logprobs, entropy)``.
+      vocab_axis: static; inside ``jax.shard_map``, the mesh axis over which the unembedding's
+        vocabulary is split: each device passes its own ``[D, V/n]`` slice (device ``i`` of the
+        axis holding ids ``[i·V/n, (i+1)·V/n)``) and the same ``hidden`` and global ``tokens``.
+        Each device computes its chunk logits ``[B, c, V/n]``; the log-sum-exp (a ``pmax`` of the
+        max, a ``psum`` of the exp-sum) and the taken token's logit (a ``psum``) are combined
+        across the axis as ``[B, c]`` values, never the ``[B, c, V]`` logits or the ``[D, V]``
+        unembedding. The result (and entropy) is the whole vocabulary's, the same on every device
+        of the axis; the gradient w.r.t. ``hidden`` is summed over the axis (an all-reduce of
+        ``[B, T, D]``, as any vocabulary-parallel head's), the one w.r.t. the slice is the
+        slice's. ``None`` (default): the unembedding is whole. docs/guides/scale.md.
 
     Returns:
       ``float32[B, T]`` (float64 for float64 inputs); ``0`` at masked positions; NaN at unmasked
@@ -480,6 +507,30 @@ def token_logprobs_from_hidden(
       2411.09009); here expressed with ``lax.scan`` + ``jax.checkpoint`` so XLA needs no custom
       kernel.
     """
+    split = None if vocab_axis is not None else _collectives.explicit_vocab_split(unembedding)
+    if split is None:
+        return _from_hidden(hidden, unembedding, tokens, chunk_size, mask, temperature,
+                            with_entropy, vocab_axis)
+    # The unembedding sharded over its vocabulary on Explicit mesh axes: vocabulary-parallel in
+    # a shard_map of its own (never gathered); the other inputs replicated.
+    mesh, axis = split
+    whole = jax.sharding.PartitionSpec()
+    given = {k: replicate_explicit(v) for k, v in
+             dict(hidden=hidden, tokens=tokens, mask=mask, temperature=temperature).items()
+             if isinstance(v, jax.Array)}
+
+    def shard(w, given):
+        a = {**dict(hidden=hidden, tokens=tokens, mask=mask, temperature=temperature), **given}
+        return _from_hidden(a["hidden"], w, a["tokens"], chunk_size, a["mask"], a["temperature"],
+                            with_entropy, axis)
+
+    return jax.shard_map(shard, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(None, axis), whole),
+                         out_specs=whole)(unembedding, given)
+
+
+def _from_hidden(hidden, unembedding, tokens, chunk_size, mask, temperature, with_entropy,
+                 vocab_axis):
+    """The body of :func:`token_logprobs_from_hidden` (``vocab_axis``: this device's shard)."""
     hidden, unembedding = check_hidden_and_unembedding(hidden, unembedding)
     batch, length, _ = hidden.shape
     tokens = _check_tokens(tokens, (batch, length))
@@ -500,8 +551,12 @@ def token_logprobs_from_hidden(
 
     if not isinstance(with_entropy, bool):
         raise TypeError(f"`with_entropy` must be a Python bool; got {with_entropy!r}.")
+    _collectives.check_axis_name(vocab_axis, "vocab_axis")
 
     def logprobs(h, tok, m):
+        if vocab_axis is not None:
+            return _vocab_parallel_logprobs(h, unembedding, tok, m, dtype, inv_temp, vocab_axis,
+                                            with_entropy)
         logits = jnp.einsum("btd,dv->btv", h, unembedding, preferred_element_type=dtype)
         lp = _picked_logprobs(logits, tok, m, dtype, core=_autodiff_core, inv_temp=inv_temp)
         if not with_entropy:

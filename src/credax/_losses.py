@@ -33,6 +33,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import POSITIVE, check_concrete, check_values, concrete_float, jit_public, reads
+from ._collectives import axis_sum, check_axis_name
 from ._loss_options import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -209,23 +210,25 @@ def kl_divergence(
 # --------------------------------------------------------------------------------------------
 
 
-def aggregate_values(values: jax.Array, mask: jax.Array, mode: str, normalizer) -> jax.Array:
-    """:func:`aggregate` on prepared inputs (compute dtype, boolean mask, any values at masked)."""
+def aggregate_values(values: jax.Array, mask: jax.Array, mode: str, normalizer,
+                     axis_name=None) -> jax.Array:
+    """:func:`aggregate` on prepared inputs (compute dtype, boolean mask, any values at masked);
+    with ``axis_name`` the total and the count are ``psum``-ed over that mesh axis."""
     dtype = values.dtype
     values = _checks.select(mask, values)
     if mode == "token-sum":
-        return jnp.sum(values)
+        return axis_sum(values, axis_name)
     if mode == "token-mean":
-        total = jnp.sum(values)
-        count = jnp.sum(mask, dtype=dtype)
+        total = axis_sum(values, axis_name)
+        count = axis_sum(mask, axis_name, dtype=dtype)
     else:
         row_tokens = jnp.sum(mask, axis=-1, dtype=dtype)
         row_valid = row_tokens > 0  # fully masked rows are not sequences
         row_sum = jnp.sum(values, axis=-1)
         if mode == "seq-mean-token-mean":
             row_sum = _checks.safe_div(row_sum, row_tokens, row_valid)
-        total = jnp.sum(row_sum)
-        count = jnp.sum(row_valid, dtype=dtype)
+        total = axis_sum(row_sum, axis_name)
+        count = axis_sum(row_valid, axis_name, dtype=dtype)
     if normalizer is not None:
         count = _checks.scalar(normalizer, dtype, "normalizer")
     return _checks.safe_div(total, count, count > 0)
@@ -248,13 +251,14 @@ def _check_normalizer_arg(a) -> None:
     check_normalizer(a["normalizer"])
 
 
-@jit_public(static_argnames=("mode",), check=_check_normalizer_arg)
+@jit_public(static_argnames=("mode", "axis_name"), check=_check_normalizer_arg)
 def aggregate(
     values: Float[Array, "B T"],
     mask: Bool[Array, "B T"] | None,
     *,
     mode: str = "token-mean",
     normalizer: float | Float[Array, ""] | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, ""]:
     """Reduce per-token values ``[B, T]`` to a scalar loss over the tokens of ``mask``.
 
@@ -284,6 +288,11 @@ def aggregate(
       mode: one of the five names above (static).
       normalizer: optional scalar (may be traced, e.g. a ``psum`` of counts); required for
         ``seq-mean-token-sum-norm``, refused for ``token-sum``.
+      axis_name: static; inside ``jax.shard_map`` with the rows split over mesh axis
+        ``axis_name``, the sum and the count (tokens or sequences) are ``psum``-ed over it: the
+        whole batch's figure on every shard (a shard whose tokens are all masked adds 0), equal
+        to the unsharded call to float32 rounding; its gradient is each shard's own rows'.
+        ``None`` (default): this call's rows. A ``normalizer`` still replaces the count.
 
     Returns:
       A float32 scalar (float64 for float64 values) — a loss stays in float32 even for bfloat16
@@ -316,7 +325,9 @@ def aggregate(
     values = _checks.as_float_array(values, "values")
     _checks.check_ndim(values, "values", 2, "[B, T]")
     mask = _checks.as_mask(mask, "mask", values.shape)
-    return aggregate_values(values.astype(_checks.compute_dtype(values.dtype)), mask, mode, normalizer)
+    check_axis_name(axis_name)
+    return aggregate_values(values.astype(_checks.compute_dtype(values.dtype)), mask, mode,
+                            normalizer, axis_name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,7 +447,7 @@ def _token_advantages(advantages, token_turn, mask, shape, dtype):
     return adv, mask
 
 
-@jit_public(check=_check_policy_args, hints=MOVED_TO_LOSS_OPTIONS)
+@jit_public(static_argnames=("axis_name",), check=_check_policy_args, hints=MOVED_TO_LOSS_OPTIONS)
 def policy_loss(
     logp: Float[Array, "B T"],
     old_logp: Float[Array, "B T"],
@@ -448,6 +459,7 @@ def policy_loss(
     token_turn: Int[Array, "B T"] | None = None,
     rollout_logp: Float[Array, "B T"] | None = None,
     entropy: Float[Array, "B T"] | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
 ) -> PolicyLoss:
     """PPO/GRPO clipped surrogate (or CISPO, SAPO, VESPO) with GSPO ratios and a KL term.
 
@@ -583,6 +595,12 @@ def policy_loss(
         enters the row's sum as ``±20``, so a row with both signs stays finite. NaN gives NaN.
       entropy: optional ``float[B, T]`` per-token entropies (e.g. :func:`token_entropy`, which
         carries the gradient to the logits): ``loss -= entropy_coef · aggregate(entropy)``.
+      axis_name: static; inside ``jax.shard_map`` with the rows split over mesh axis
+        ``axis_name``: the global token normaliser. Every aggregation's sum and count and every
+        metric's are ``psum``-ed over the axis (as :func:`aggregate` with ``axis_name``), so the
+        loss and metrics are the whole batch's on every shard, equal to the unsharded call to
+        float32 rounding, and each shard's gradient is its own rows' share of the whole batch's.
+        ``None`` (default): this call's rows.
 
     Returns:
       ``PolicyLoss(loss, metrics)``: ``loss`` a float32 scalar (float64 for float64 ``logp``);
@@ -631,17 +649,19 @@ def policy_loss(
     # tests/test_memory.py holds the temporaries; docs/speed-log.md has the measurement.
     arrays = dict(options=options, ref_logp=ref_logp, token_turn=token_turn,
                   rollout_logp=rollout_logp, entropy=entropy)
+    check_axis_name(axis_name)
 
     def loss_of(lp, old, adv, m, arrays):
-        return _policy_loss_body(lp, old, adv, m, **arrays)
+        return _policy_loss_body(lp, old, adv, m, **arrays, axis_name=axis_name)
 
     return jax.checkpoint(loss_of)(logp, old_logp, advantages, mask, arrays)
 
 
 def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions, ref_logp,
-                      token_turn, rollout_logp, entropy) -> PolicyLoss:
+                      token_turn, rollout_logp, entropy, axis_name=None) -> PolicyLoss:
     """The body of :func:`policy_loss` (arguments already checked), differentiated through
-    ``jax.checkpoint``. Each field of ``options`` is read where it is used."""
+    ``jax.checkpoint``. Each field of ``options`` is read where it is used; ``axis_name``: every
+    sum and count over the batch ``psum``-ed."""
     logp = _checks.as_float_array(logp, "logp")
     _checks.check_ndim(logp, "logp", 2, "[B, T]")
     shape = logp.shape
@@ -751,7 +771,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         token_loss = -phi * adv * lp_term
     if rollout_logp is not None and options.surrogate != "vespo":
         token_loss = token_loss * is_w
-    pg = aggregate_values(token_loss, mask, options.agg, options.normalizer)
+    pg = aggregate_values(token_loss, mask, options.agg, options.normalizer, axis_name)
 
     if ref_logp is not None:
         ref = sg(_checks.select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
@@ -763,7 +783,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
             weight = r if options.ratio == "token" else _checks.select(
                 mask, jnp.broadcast_to(seq_ratio, shape))
             kl_tokens = kl_tokens * weight
-        kl = aggregate_values(kl_tokens, mask, options.agg, options.normalizer)
+        kl = aggregate_values(kl_tokens, mask, options.agg, options.normalizer, axis_name)
         loss = pg + scalar("kl_coef") * kl
     else:
         kl = zero
@@ -772,18 +792,18 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         # Entropy bonus (verl: pg_loss - entropy_coeff * agg_loss(entropy)); the gradient flows
         # through `entropy` to the logits it was computed from.
         ent = aggregate_values(_token_array(entropy, "entropy", shape, dtype), mask, options.agg,
-                               options.normalizer)
+                               options.normalizer, axis_name)
         loss = loss - scalar("entropy_coef") * ent
 
     rv = sg(r)
-    count = jnp.sum(mask, dtype=dtype)
+    count = axis_sum(mask, axis_name, dtype=dtype)
 
     # The metrics need no mask of their own: every input was selected to 0 off the mask above, so
     # at a masked token adv = 0 (no clip side can bind), log_r = 0 (r - 1 = 0, k3 = 0). Plain sums
     # over values that are structurally 0 there fuse into one pass; a select per metric made XLA
     # materialise a [B, T] temporary each (a much slower forward on CPU; see benchmarks/speed.py).
     def token_mean(x):
-        return _checks.safe_div(jnp.sum(x), count, count > 0)
+        return _checks.safe_div(axis_sum(x, axis_name), count, count > 0)
 
     def fraction(cond):
         return token_mean(cond.astype(dtype))
@@ -819,10 +839,11 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
             # verl counts sequences here (its log-ratio sum before the ±20 clamp), not tokens,
             # and divides by every row: an empty row (log-ratio sum 0) is in the denominator,
             # and in the numerator where 0 passes the bound (a threshold below 1), as in verl.
-            num_rows = jnp.asarray(shape[0], dtype)
+            num_rows = axis_sum(jnp.ones(shape[:1], dtype), axis_name)
 
             def row_fraction(cond):
-                frac = _checks.safe_div(jnp.sum(cond, dtype=dtype), num_rows, num_rows > 0)
+                frac = _checks.safe_div(axis_sum(cond, axis_name, dtype=dtype), num_rows,
+                                        num_rows > 0)
                 return jnp.where(count > 0, frac, zero)  # an empty mask: 0 (verl raises)
 
             frac_high = row_fraction(seq_log_w > jnp.log(threshold))

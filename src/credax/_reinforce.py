@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
+from . import _checks, _collectives
 from ._api import FINITE, POSITIVE, UNIT, check_values, jit_public
+from ._collectives import AxisName
 from ._group_ids import Groups
 from ._group_stats import prepare
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
@@ -29,13 +30,58 @@ WHITEN = Normalization(ddof=1, eps=1e-8, eps_mode="sqrt")
 _MEAN_OR_ZERO = Normalization(scale="none", eps=0.0, singleton="raw")
 
 
-def _whiten_tokens(x: jax.Array, mask: jax.Array, opts: Normalization) -> jax.Array:
-    """``x[B, T]`` normalised over all its valid tokens as one set (verl's ``masked_whiten``)."""
+def _whiten_tokens(x: jax.Array, mask: jax.Array, opts: Normalization,
+                   axis_name: AxisName = None) -> jax.Array:
+    """``x[B, T]`` normalised over all its valid tokens as one set (verl's ``masked_whiten``);
+    with ``axis_name``, over the valid tokens of every shard of that mesh axis."""
+    if axis_name is not None:
+        return _whiten_across(x, mask, opts, axis_name)
     n = x.size
     if n == 0:
         return x
     batch = Groups(jnp.zeros((n,), jnp.int32), 1, n)  # one contiguous group: a reduction
     return normalize_with_groups(x.reshape(n), batch, mask.reshape(n), opts).reshape(x.shape)
+
+
+def _whiten_across(x: jax.Array, mask: jax.Array, opts: Normalization,
+                   axis_name: AxisName) -> jax.Array:
+    """:func:`_whiten_tokens` with the set spread over mesh axis ``axis_name`` (inside
+    ``jax.shard_map``): the rule of ``normalize_with_groups`` for one set, its count, sum and sum
+    of squared deviations ``psum``-ed (two passes: the mean first, then the squares about it), its
+    constancy a ``pmax``/``pmin``. Equal to the unsharded whitening to float32 rounding; a shard
+    whose tokens are all masked contributes nothing and gets ``0``. Six scalar collectives."""
+    dt = x.dtype
+    finite = jnp.isfinite(x)
+    n = _collectives.axis_sum(mask, axis_name, dtype=dt)
+    bad = _collectives.axis_sum(mask & ~finite, axis_name, dtype=dt) > 0
+    eps = _checks.scalar(opts.eps, dt, "eps")
+    bad = bad | ~((eps >= 0) & jnp.isfinite(eps))
+    ok = mask & finite
+    clean = jnp.where(ok, x, jnp.zeros_like(x))
+    mean = _checks.safe_div(_collectives.axis_sum(clean, axis_name), n, n > 0)
+    centred = jnp.where(ok, x - mean, jnp.zeros_like(x))
+    high = _collectives.axis_max(jnp.where(ok, x, jnp.full_like(x, -jnp.inf)), axis_name)
+    low = _collectives.axis_min(jnp.where(ok, x, jnp.full_like(x, jnp.inf)), axis_name)
+    constant = high == low
+    if opts.leave_one_out:
+        centred = centred * _checks.safe_div(n, n - 1, n > 1)
+    num = centred if opts.center else clean
+    if opts.scale == "none":
+        out = num
+    else:
+        dof = n - opts.ddof
+        var = _checks.safe_div(_collectives.axis_sum(centred * centred, axis_name), dof, dof > 0)
+        if opts.eps_mode == "add":
+            den = _checks.safe_sqrt(var) + eps
+        else:
+            den = _checks.safe_sqrt(var + eps)
+        out = _checks.safe_div(num, den, (den > 0) & ~constant)
+        out = jnp.where(constant, num, out)
+    single = (jnp.zeros_like(x) if opts.singleton == "zero" else
+              x if opts.singleton == "raw" else centred)
+    out = jnp.where((n <= 1) | (n - opts.ddof <= 0), single, out)
+    out = jnp.where(bad, jnp.full_like(out, jnp.nan), out)
+    return jnp.where(mask, out, jnp.zeros_like(out))
 
 
 def _token_returns(r: jax.Array, mask: jax.Array, gamma: jax.Array) -> jax.Array:
@@ -59,14 +105,16 @@ def _token_inputs(x, response_mask, name):
     return x.astype(_checks.compute_dtype(x.dtype)), mask, _checks.output_dtype(x.dtype)
 
 
-@jit_public(check=check_values(gamma=UNIT), convert={"normalization": as_normalization},
-            replicate=True, hints=MOVED_TO_NORMALIZATION)
+@jit_public(static_argnames=("axis_name",), check=check_values(gamma=UNIT),
+            convert={"normalization": as_normalization}, replicate=True,
+            hints=MOVED_TO_NORMALIZATION)
 def reinforce_pp_advantages(
     token_rewards: Float[Array, "B T"],
     response_mask: Bool[Array, "B T"],
     *,
     gamma: float | Float[Array, ""] = 1.0,
     normalization: Normalization | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, "B T"]:
     """REINFORCE++ (verl ``reinforce_plus_plus``): token returns, whitened over the batch's tokens.
 
@@ -89,6 +137,10 @@ def reinforce_pp_advantages(
       response_mask: ``bool[B, T]`` tokens the policy generated.
       gamma: discount in ``[0, 1]``; may be traced. verl's ``algorithm.gamma`` (default 1).
       normalization: the whitening, a :class:`credax.Normalization` over the batch's tokens.
+      axis_name: static; inside ``jax.shard_map`` with the batch's rows split over mesh axis
+        ``axis_name``, whiten over the tokens of every shard (count, mean and spread ``psum``-ed;
+        equal to the unsharded call to float32 rounding; a shard with no valid token gets 0).
+        ``None`` (default): over this call's tokens.
 
     Returns:
       ``float[B, T]``; ``0`` at masked tokens.
@@ -111,17 +163,20 @@ def reinforce_pp_advantages(
     r, mask, out_dtype = _token_inputs(token_rewards, response_mask, "token_rewards")
     if r.shape[1] == 0:  # no tokens: an empty [B, 0]
         return jnp.zeros(r.shape, out_dtype)
+    _collectives.check_axis_name(axis_name)
     g = _token_returns(r, mask, _checks.scalar(gamma, r.dtype, "gamma"))
-    return _whiten_tokens(g, mask, normalization_or(normalization, WHITEN)).astype(out_dtype)
+    return _whiten_tokens(g, mask, normalization_or(normalization, WHITEN),
+                          axis_name).astype(out_dtype)
 
 
-@jit_grouped()
+@jit_grouped(static_argnames=("axis_name",))
 def reinforce_pp_baseline_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
     response_mask: Bool[Array, "B T"],
     *,
     normalization: Normalization | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, "B T"]:
     """REINFORCE++-baseline (verl ``reinforce_plus_plus_baseline``): prompt mean, token whitening.
 
@@ -142,6 +197,11 @@ def reinforce_pp_baseline_advantages(
       group_ids: ``int[B]`` prompt of each row (any integers), or a ``Groups``.
       response_mask: ``bool[B, T]`` response tokens.
       normalization: the token whitening, a :class:`credax.Normalization`.
+      axis_name: static; inside ``jax.shard_map`` with the batch's rows split over mesh axis
+        ``axis_name`` (whole prompt groups on each shard: the prompt mean stays local), whiten
+        over the tokens of every shard (count, mean and spread ``psum``-ed; equal to the
+        unsharded call to float32 rounding; a shard with no valid token gets 0). ``None``
+        (default): over this call's tokens.
 
     Returns:
       ``float[B, T]``; ``0`` at masked tokens.
@@ -166,10 +226,12 @@ def reinforce_pp_baseline_advantages(
     mask = _checks.as_mask(response_mask, "response_mask", (xc.shape[0], raw_mask.shape[1]))
     c = normalize_with_groups(xc, group_ids, jnp.ones(xc.shape, bool), _MEAN_OR_ZERO)
     tokens = jnp.broadcast_to(c[:, None], mask.shape)
-    return _whiten_tokens(tokens, mask, normalization_or(normalization, WHITEN)).astype(out_dtype)
+    _collectives.check_axis_name(axis_name)
+    return _whiten_tokens(tokens, mask, normalization_or(normalization, WHITEN),
+                          axis_name).astype(out_dtype)
 
 
-@jit_grouped(check=check_values(f_norm=POSITIVE, alpha=FINITE))
+@jit_grouped(static_argnames=("axis_name",), check=check_values(f_norm=POSITIVE, alpha=FINITE))
 def gpg_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
@@ -177,6 +239,7 @@ def gpg_advantages(
     *,
     f_norm: float | Float[Array, ""] = 1.0,
     alpha: float | Float[Array, ""] | None = None,
+    axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, " B"]:
     """GPG (verl ``gpg``): prompt-centred reward, rescaled by the batch's share of nonzero rewards.
 
@@ -195,6 +258,9 @@ def gpg_advantages(
       mask: ``bool[B]`` valid rows; the others get ``0`` and enter neither the means nor ``α``.
       f_norm: positive divisor; may be traced. verl's default 1.
       alpha: a fixed ``α`` (may be traced); ``None`` (default) counts it as above.
+      axis_name: static; inside ``jax.shard_map`` with the rows split over mesh axis
+        ``axis_name`` (whole prompt groups on each shard), ``α`` counts the rows of every shard
+        (two ``psum``-ed counts; equal to the unsharded call). ``None``: this call's rows.
 
     Returns:
       ``float[B]`` (constant over each response's tokens: broadcast it as any ``[B]`` advantage).
@@ -212,9 +278,10 @@ def gpg_advantages(
     xc, mask, out_dtype = prepare(rewards, group_ids, mask, "rewards")
     dt = xc.dtype
     centred = normalize_with_groups(xc, group_ids, mask, _MEAN_OR_ZERO)
+    _collectives.check_axis_name(axis_name)
     if alpha is None:
-        valid = jnp.sum(mask).astype(dt)
-        nonzero = jnp.sum(mask & (xc != 0)).astype(dt)
+        valid = _collectives.axis_sum(mask, axis_name, dtype=dt)
+        nonzero = _collectives.axis_sum(mask & (xc != 0), axis_name, dtype=dt)
         alpha_ = valid / jnp.maximum(nonzero, 1.0)
     else:
         alpha_ = _checks.scalar(alpha, dt, "alpha")

@@ -50,6 +50,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import FINITE, UNIT, check_values, jit_public
+from ._collectives import vary_like
 from ._group_ids import Groups
 from ._group_stats import check_x_and_groups
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups, peer_mean_with_groups
@@ -489,7 +490,9 @@ def select_top_surprisal(
         return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid - 1)
 
     top = jnp.full(want.shape, jnp.iinfo(key.dtype).max, key.dtype)
-    cut, _ = jax.lax.fori_loop(0, width, cut_step, (jnp.zeros_like(top), top))
+    # vary_like: inside jax.shard_map the bounds vary over the mesh axes the keys vary over.
+    cut, _ = jax.lax.fori_loop(0, width, cut_step,
+                               vary_like((jnp.zeros_like(top), top), key, candidates))
     above = candidates & (key > spread(cut))
     tied = candidates & (key == spread(cut))
     missing = want - count(above)  # the ties to take, lowest flat index first
@@ -502,7 +505,8 @@ def select_top_surprisal(
         return jnp.where(ok, lo, mid + 1), jnp.where(ok, mid, hi)
 
     end = jnp.full(want.shape, n, jnp.int32)
-    _, bound = jax.lax.fori_loop(0, n.bit_length(), tie_step, (jnp.zeros_like(end), end))
+    _, bound = jax.lax.fori_loop(0, n.bit_length(), tie_step,
+                                 vary_like((jnp.zeros_like(end), end), key, candidates))
     return (above | (tied & (flat < spread(bound)))).reshape(shape)
 
 

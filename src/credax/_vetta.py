@@ -16,6 +16,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
 from ._api import jit_public, reads
+from ._collectives import vary_like
 from ._gae import _check_gae_args, _check_unit_interval, _row_scalar, turn_gae_advantages
 from ._turns import check_token_turn, gather_turns
 
@@ -51,7 +52,8 @@ def _segmented_gae(r, v, seg, ok, gamma, lam):
                  jnp.where(ok_t, s_t, seg_next))
         return carry, a_t
 
-    init = (zero, zero, jnp.full(r.shape[:1], -1, seg.dtype))
+    # vary_like: inside jax.shard_map the carry varies over the mesh axes its inputs vary over.
+    init = vary_like((zero, zero, jnp.full(r.shape[:1], -1, seg.dtype)), r, v, seg, ok)
     _, adv = jax.lax.scan(step, init, (r.T, v.T, seg.T, ok.T), reverse=True)
     return adv.T
 

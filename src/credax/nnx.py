@@ -75,6 +75,7 @@ def sequence_logprobs(
     apply: Callable[[Any, jax.Array], Any] | None = None,
     chunk_size: int | None = None,
     temperature: float | Float[Array, ""] | None = None,
+    vocab_axis: str | tuple[str, ...] | None = None,
 ) -> Float[Array, "B T"]:
     """Log-prob of each token given its prefix, aligned with ``tokens``; ``0`` at position 0.
 
@@ -95,6 +96,9 @@ def sequence_logprobs(
         :func:`credax.token_logprobs` / :func:`credax.token_logprobs_from_hidden`. Use the
         rollout engine's temperature for ``old_logp`` *and* for the trained ``logp`` (through
         ``policy_loss_fn(..., temperature=T)``), or the first update's ratio is not 1.
+      vocab_axis: inside ``jax.shard_map``, the mesh axis over which the model's unembedding
+        (the pair output's ``[D, V/n]`` slice) is split, as in
+        :func:`credax.token_logprobs_from_hidden`; needs the pair output.
 
     Returns:
       ``float32[B, T]``; ``0`` at position 0 and at masked positions.
@@ -118,9 +122,13 @@ def sequence_logprobs(
     if isinstance(out, tuple | list):
         hidden, unembedding = out
         lp = token_logprobs_from_hidden(
-            hidden, unembedding, targets, chunk_size=chunk_size, mask=scored, temperature=temperature
-        )
+            hidden, unembedding, targets, chunk_size=chunk_size, mask=scored, temperature=temperature,
+            vocab_axis=vocab_axis)
     else:
+        if vocab_axis is not None:
+            raise ValueError(
+                "`vocab_axis` needs a model output `(hidden [B, T, D], unembedding [D, V/n])`; this "
+                "model returned logits. Use `apply=` to return the pair.")
         if chunk_size is not None:
             raise ValueError(
                 "`chunk_size` needs a model output `(hidden [B, T, D], unembedding [D, V])`; this "
@@ -131,7 +139,8 @@ def sequence_logprobs(
 
 
 # Options policy_loss_fn takes: the wrapper's own, and the loss's `options=` (a LossOptions).
-_POLICY_OPTIONS = frozenset({"apply", "chunk_size", "temperature", "fused", "options"})
+_POLICY_OPTIONS = frozenset({"apply", "chunk_size", "temperature", "fused", "options",
+                             "vocab_axis"})
 
 
 def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Array, ""], PolicyMetrics]:
@@ -151,7 +160,10 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
         (score with the sampler's temperature); ``fused=True`` (a model returning
         ``(hidden, unembedding)``) computes the loss with :func:`credax.policy_loss_from_hidden`
         — the same value and gradients, three GEMMs a chunk instead of four (four where the
-        loss couples a row: ``ratio="sequence"``, VESPO); ``options``, a :class:`credax.LossOptions` (e.g.
+        loss couples a row: ``ratio="sequence"``, VESPO); ``vocab_axis`` (inside
+        ``jax.shard_map``, a model whose pair output holds this device's ``[D, V/n]`` unembedding
+        slice) names the mesh axis the vocabulary is split over
+        (:func:`credax.policy_loss_from_hidden`); ``options``, a :class:`credax.LossOptions` (e.g.
         ``credax.presets.VERL_LOSS``), goes to the loss. A loss field given loose
         (``clip_low=...``) is a ``TypeError`` saying it goes in ``options=``.
 
@@ -188,18 +200,21 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
     apply = options.pop("apply", None)
     chunk_size = options.pop("chunk_size", None)
     temperature = options.pop("temperature", None)
+    vocab_axis = options.pop("vocab_axis", None)
     mask = _checks.as_mask(batch.mask, "batch.mask", jnp.shape(batch.tokens))
     if options.pop("fused", False):
-        return _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, options)
+        return _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, options,
+                                  vocab_axis)
     logp = sequence_logprobs(model, batch.tokens, mask, apply=apply, chunk_size=chunk_size,
-                             temperature=temperature)
+                             temperature=temperature, vocab_axis=vocab_axis)
     mask = mask.at[:, 0].set(False)
     out = policy_loss(logp, batch.old_logp, batch.advantages, mask, options=options.get("options"),
                       token_turn=batch.token_turn, ref_logp=batch.ref_logp)
     return out.loss, out.metrics
 
 
-def _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, options):
+def _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, options,
+                       vocab_axis=None):
     """``policy_loss_fn`` through :func:`credax.policy_loss_from_hidden`: the model's output at
     ``t`` scores ``tokens[t + 1]``, so every per-token field is taken from position 1 on (position 0
     is never predicted, so dropping it changes no count, sum or gradient)."""
@@ -218,5 +233,5 @@ def _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, optio
         hidden[:, :-1], unembedding, tokens[:, 1:], later(batch.old_logp), advantages,
         mask[:, 1:], chunk_size=chunk_size, temperature=temperature,
         token_turn=later(batch.token_turn), ref_logp=later(batch.ref_logp),
-        options=options.get("options"))
+        options=options.get("options"), vocab_axis=vocab_axis)
     return result.loss, result.metrics
