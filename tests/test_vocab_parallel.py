@@ -28,7 +28,10 @@ SCRIPT = pathlib.Path(__file__).with_name("vocab_parallel_check.py")
 ROUNDING = 2e-6  # relative; measured <= 9.5e-7
 CHECKS = ["logprobs n=4 chunk=None T=None entropy=False", "logprobs n=4 chunk=4 T=None entropy=False",
           "logprobs n=4 chunk=3 T=1.3 entropy=True", "logprobs n=8 chunk=4 T=0.7 entropy=True",
-          "loss n=4 chunk=4 T=1.0 agg=token-mean", "loss n=8 chunk=3 T=0.7 agg=seq-mean-token-mean",
+          "loss n=4 chunk=4 T=1.0 agg=token-mean ratio=token surrogate=clip",
+          "loss n=8 chunk=3 T=0.7 agg=seq-mean-token-mean ratio=token surrogate=clip",
+          "loss n=4 chunk=3 T=1.0 agg=seq-mean-token-sum ratio=sequence surrogate=clip",
+          "loss n=4 chunk=4 T=0.7 agg=token-mean ratio=token surrogate=vespo",
           "loss data x vocab", "loss rows only", "nnx policy_loss_fn", "explicit mesh jit"]
 
 

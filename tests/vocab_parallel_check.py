@@ -119,8 +119,12 @@ def loss_case(n, chunk, temperature, options):
 
 for n, chunk, temperature, options in (
         (4, 4, 1.0, credax.LossOptions(kl_coef=0.1)),
-        (8, 3, 0.7, credax.LossOptions(agg="seq-mean-token-mean", dual_clip=3.0, kl_coef=0.1))):
-    report(f"loss n={n} chunk={chunk} T={temperature} agg={options.agg}",
+        (8, 3, 0.7, credax.LossOptions(agg="seq-mean-token-mean", dual_clip=3.0, kl_coef=0.1)),
+        # The losses that couple a row (a forward-only pass first): its log-sum-exp is the axis's.
+        (4, 3, 1.0, credax.LossOptions(ratio="sequence", agg="seq-mean-token-sum")),
+        (4, 4, 0.7, credax.LossOptions(surrogate="vespo"))):
+    report(f"loss n={n} chunk={chunk} T={temperature} agg={options.agg} "
+           f"ratio={options.ratio} surrogate={options.surrogate}",
            lambda n=n, c=chunk, t=temperature, o=options: loss_case(n, c, t, o))
 
 

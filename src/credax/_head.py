@@ -86,7 +86,8 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
         # A sequence ratio or VESPO's sequence weight makes a token's gradient depend on its whole
         # row: a first, forward-only pass (GEMM 1 a chunk) gives every log-prob, and each chunk's
         # gradient below is taken at the true log-probs of the others: four GEMMs a chunk.
-        base, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False)
+        base, _, _ = _run(hidden, unembedding, tokens, valid, consts, chunk_size, with_grad=False,
+                          vocab_axis=vocab_axis, axis_name=axis_name)
     else:
         # Positions outside the chunk being differentiated hold the behaviour policy's log-probs
         # (ratio 1, finite): with a per-token loss their values do not enter the chunk's gradient.
