@@ -129,6 +129,8 @@ class PublicFunction:
         unknown = (set(static_argnames) | convert.keys() | traced.keys()) - params.keys()
         if unknown:
             raise ValueError(f"jit_public: {sorted(unknown)} not among the parameters {list(params)}.")
+        if set(static_argnames) & (convert.keys() | traced.keys()):
+            raise ValueError("jit_public: an argument cannot be both static and converted.")
         self._static = frozenset(static_argnames)
         self._bools = frozenset(n for n in self._static if type(params[n].default) is bool)
         replicated = frozenset(params.keys() - self._static) if replicate or convert else frozenset()
@@ -145,20 +147,22 @@ class PublicFunction:
         # only when a call gives one of them; any other custom check runs on every call.
         self._reads = reads if reads and reads <= self._defaults.keys() else None
         if self._rules is not None or self._reads is not None:
-            check(self._defaults)
+            check(self._defaults if self._reads is None else {n: self._defaults[n] for n in reads})
 
     def __call__(self, *args, **kwargs):
-        try:
-            new_args, new_kwargs = self._host(args, kwargs)
-            return self.jitted(*new_args, **new_kwargs)
-        except Exception:
-            self._diagnose(args, kwargs)  # the error path only: a correct call never pays for it
-            raise
+        return self._run(self.jitted, args, kwargs)
 
     def lower(self, *args, **kwargs):
         """``jitted.lower`` on the arguments as the call's host step leaves them."""
-        args, kwargs = self._host(args, kwargs)
-        return self.jitted.lower(*args, **kwargs)
+        return self._run(self.jitted.lower, args, kwargs)
+
+    def _run(self, program: Callable, args: tuple, kwargs: dict):
+        try:
+            new_args, new_kwargs = self._host(args, kwargs)
+            return program(*new_args, **new_kwargs)
+        except Exception:
+            self._diagnose(args, kwargs)  # the error path only: a correct call never pays for it
+            raise
 
     def _host(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """The host step (module docstring): the arguments as ``jitted`` gets them."""
