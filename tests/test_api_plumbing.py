@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import credax
-from credax import _api, _group_ids, _grouping, _normalization
+from credax import _api, _grouping, _normalization
 from credax._normalization import MOVED_TO_NORMALIZATION, NORMALIZE_KEYS, Normalization
 
 # --------------------------------------------------------------------------------------------

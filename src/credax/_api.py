@@ -43,9 +43,20 @@ import jax
 import numpy as np
 
 from . import _checks
+
 # The check vocabulary the math modules import from here (written once, in _checks).
-from ._checks import (FINITE, NON_NEGATIVE, POSITIVE, UNIT, check_concrete,  # noqa: F401
-                      check_values, concrete_array, concrete_float, concrete_numpy, reads)
+from ._checks import (  # noqa: F401
+    FINITE,
+    NON_NEGATIVE,
+    POSITIVE,
+    UNIT,
+    check_concrete,
+    check_values,
+    concrete_array,
+    concrete_float,
+    concrete_numpy,
+    reads,
+)
 
 
 def replicate_explicit(x):
@@ -142,12 +153,12 @@ class PublicFunction:
         self._required = frozenset(params.keys() - self._defaults.keys())
         self._convert, self._traced, self._hints = convert, traced, dict(hints or {})
         self._check, self._rules = check, getattr(check, "rules", None)
-        reads = frozenset(getattr(check, "reads", None) or ())
+        declared = frozenset(getattr(check, "reads", None) or ())
         # A check that reads only defaulted arguments runs once here, on the defaults, and then
         # only when a call gives one of them; any other custom check runs on every call.
-        self._reads = reads if reads and reads <= self._defaults.keys() else None
+        self._reads = declared if declared and declared <= self._defaults.keys() else None
         if self._rules is not None or self._reads is not None:
-            check(self._defaults if self._reads is None else {n: self._defaults[n] for n in reads})
+            check(self._defaults if self._reads is None else {n: self._defaults[n] for n in declared})
 
     def __call__(self, *args, **kwargs):
         return self._run(self.jitted, args, kwargs)

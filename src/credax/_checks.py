@@ -142,8 +142,9 @@ def check_host_range(x, name: str) -> None:
             what = (f"= {float(arr):g} is" if arr.ndim == 0
                     else f"holds {float(arr.flat[flat]):g}{_at(arr, flat)}:")
             raise ValueError(
-                f"`{name}` {what} finite in float64 but beyond float32's range (±{F32_MAX:.4g}); without `jax_enable_x64` JAX computes in "
-                "float32 and would make it inf. Rescale the values, or enable x64.")
+                f"`{name}` {what} finite in float64 but beyond float32's range (±{F32_MAX:.4g}); "
+                "without `jax_enable_x64` JAX computes in float32 and would make it inf. Rescale "
+                "the values, or enable x64.")
     elif kind in "iu" and (arr.min() < _I32.min or arr.max() > _I32.max):
         flat = int(np.flatnonzero((arr < _I32.min) | (arr > _I32.max))[0])
         raise ValueError(

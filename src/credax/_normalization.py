@@ -11,7 +11,6 @@ import sys
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
