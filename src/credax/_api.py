@@ -6,30 +6,24 @@ Every public array function is a plain Python body made into a :class:`PublicFun
     @jit_public(static_argnames=("budget",), check=check_values(eps=NON_NEGATIVE), replicate=True)
     def estimator(scores, turn_mask, *, budget=1, eps=1e-6): ...
 
-**The call** is one host step, then ``jitted`` (``jax.jit`` of the body with its static names):
+**The call** is one host step, then ``jitted`` (``jax.jit`` of the body, static names given):
 
-1. each given argument: a static option obeys the static rule (:func:`_checks.static_value`);
-   a ``convert``-ed one (host ids, ``normalization``) is converted on the host; every other one
-   is normalised by :func:`_checks.host_value` (NumPy values in native byte order; string,
-   object and complex arrays and bools mixed with numbers refused by name; the float32/int32
-   range rule);
-2. the one concrete-value rule on hyperparameters (``check``): ``check_values`` rules on the given
-   ones, a custom check when one of the arguments it :func:`reads` is given (both ran on the
-   defaults when the entry was built). A value traced by the caller's transformation cannot be
-   seen and is used as given.
+1. each given argument: a static option obeys the static rule (:func:`_checks.static_value`), a
+   ``convert``-ed one (host ids, ``normalization``) is converted on the host, any other is
+   normalised by :func:`_checks.host_value` (NumPy values in native byte order; string, object
+   and complex arrays and bools among numbers refused by name; the float32/int32 range rule);
+2. the concrete-value rule on hyperparameters (``check``): ``check_values`` rules on the given
+   ones, a custom check when an argument it :func:`reads` is given (both ran on the defaults when
+   the entry was built). A value traced by the caller cannot be seen and is used as given.
 
-Nothing else runs on a correct call. When the call fails, :meth:`PublicFunction._diagnose` looks
-for what a user meant (an unknown keyword, with its hint; a torch tensor, pointing to
-``credax.torch``; an options value given for another argument; ``None`` for a numeric
-hyperparameter; a malformed ``Groups``) and raises that instead of JAX's error. No table of types
-is built, so the first call of a process may be inside ``jit``, ``vmap``, ``grad``, ``scan`` or
-``shard_map``.
-
-**In the program** (once per compilation): arrays sharded over *Explicit* mesh axes are
-replicated where the body scatters rows into per-group tables (:func:`replicate_explicit`), and
-``traced`` conversions run (JAX group ids → ``Groups`` inside the one program). Numeric
-hyperparameters stay traced: a schedule never recompiles. Private bodies call private bodies, so
-no compiled program nests another. ``python -m benchmarks.entry_overhead`` measures the step.
+Nothing else runs on a correct call. A failed call is diagnosed (:meth:`PublicFunction._diagnose`:
+an unknown keyword with its hint, a torch tensor, an options value given for another argument,
+``None`` for a number, a malformed ``Groups``) before JAX's error is let through. No table of
+types is built, so the first call of a process may be inside ``jit``, ``vmap``, ``grad``,
+``scan`` or ``shard_map``. In the program (once per compilation) Explicit-mesh shardings are
+gathered where the body scatters rows (:func:`replicate_explicit`) and ``traced`` conversions run
+(JAX group ids → ``Groups``, one dispatch). Hyperparameters stay traced: a schedule never
+recompiles. ``python -m benchmarks.entry_overhead`` measures the step.
 """
 
 from __future__ import annotations
@@ -45,28 +39,16 @@ import numpy as np
 from . import _checks
 
 # The check vocabulary the math modules import from here (written once, in _checks).
-from ._checks import (  # noqa: F401
-    FINITE,
-    NON_NEGATIVE,
-    POSITIVE,
-    UNIT,
-    check_concrete,
-    check_values,
-    concrete_array,
-    concrete_float,
-    concrete_numpy,
-    reads,
-)
+FINITE, NON_NEGATIVE, POSITIVE, UNIT = _checks.FINITE, _checks.NON_NEGATIVE, _checks.POSITIVE, _checks.UNIT
+check_concrete, check_values, reads = _checks.check_concrete, _checks.check_values, _checks.reads
+concrete_array, concrete_float = _checks.concrete_array, _checks.concrete_float
+concrete_numpy = _checks.concrete_numpy
 
 
 def replicate_explicit(x):
-    """Replicate an array sharded over *Explicit* mesh axes (``jax.make_mesh``'s default).
-
-    With explicit sharding the scatters of the segment statistics (rows of one group on several
-    shards) cannot resolve their shardings (``ShardingTypeError``); gathering the small ``[B]`` /
-    ``[B, K]`` rows is what a group statistic needs anyway. Auto-axis shardings, single-device
-    and host values pass unchanged.
-    """
+    """Replicate an array sharded over *Explicit* mesh axes: the scatters of the segment
+    statistics cannot resolve such shardings (``ShardingTypeError``), and gathering the small
+    ``[B]`` / ``[B, K]`` rows is what a group statistic needs anyway. Others pass unchanged."""
     if not isinstance(x, jax.Array) or isinstance(
             getattr(x, "sharding", None), jax.sharding.SingleDeviceSharding):
         return x
@@ -154,8 +136,7 @@ class PublicFunction:
         self._convert, self._traced, self._hints = convert, traced, dict(hints or {})
         self._check, self._rules = check, getattr(check, "rules", None)
         declared = frozenset(getattr(check, "reads", None) or ())
-        # A check that reads only defaulted arguments runs once here, on the defaults, and then
-        # only when a call gives one of them; any other custom check runs on every call.
+        # A check reading defaulted arguments only: proved on them here, then run when one is given.
         self._reads = declared if declared and declared <= self._defaults.keys() else None
         if self._rules is not None or self._reads is not None:
             check(self._defaults if self._reads is None else {n: self._defaults[n] for n in declared})
@@ -163,8 +144,7 @@ class PublicFunction:
     def __call__(self, *args, **kwargs):
         return self._run(self.jitted, args, kwargs)
 
-    def lower(self, *args, **kwargs):
-        """``jitted.lower`` on the arguments as the call's host step leaves them."""
+    def lower(self, *args, **kwargs):  # jitted.lower on the arguments as the host step leaves them
         return self._run(self.jitted.lower, args, kwargs)
 
     def _run(self, program: Callable, args: tuple, kwargs: dict):
@@ -183,8 +163,7 @@ class PublicFunction:
         if check is None:
             return args, kwargs
         if self._rules is not None:  # check_values: only a given value can break its rule
-            given = {**dict(zip(self._positional, args, strict=False)), **kwargs}
-            check(given)
+            check({**dict(zip(self._positional, args, strict=False)), **kwargs})
         elif self._reads is None or not self._reads.isdisjoint(kwargs) or not self._reads.isdisjoint(
                 self._positional[:len(args)]):
             arguments = {**self._defaults, **dict(zip(self._positional, args, strict=False)),
@@ -218,7 +197,10 @@ class PublicFunction:
                          else f"this function takes no `{option}=`")
                 raise TypeError(f"`{name}` got a credax.{type(value).__name__}, an options value: "
                                 f"{where} (a preset given positionally lands on `{name}`).")
-            if value is None and name not in self._static and _numeric(params[name], self._rules):
+            note = str(params[name].annotation)  # None is a mistake for a number (not Optional)
+            if value is None and name not in self._static and "None" not in note and (
+                    type(params[name].default) in (int, float) or note.startswith(("float", "int"))
+                    or name in (self._rules or ())):
                 raise TypeError(f"`{name}` must be a number; got None (a null in a config?). Leave "
                                 "it out for its default.")
             for convert in (self._convert.get(name), self._traced.get(name)):
@@ -244,16 +226,6 @@ class PublicFunction:
 
     def __repr__(self) -> str:
         return f"<credax public function {self.__module__}.{self.__qualname__}>"
-
-
-def _numeric(param: inspect.Parameter, rules) -> bool:
-    """Whether ``None`` is a mistake for this parameter: a number by default or annotation (or a
-    ``check_values`` rule), and ``None`` not among its annotated types."""
-    annotation = str(param.annotation)
-    if "None" in annotation:
-        return False
-    return (type(param.default) in (int, float) or annotation.startswith(("float", "int"))
-            or param.name in (rules or ()))
 
 
 def jit_public(*, static_argnames: tuple[str, ...] = (), convert: Mapping[str, Callable] | None = None,
