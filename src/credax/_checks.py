@@ -66,7 +66,7 @@ def reject_torch(x, name: str, function: str | None = None) -> None:
 # --------------------------------------------------------------------------------------------
 
 F32_MAX = float(np.finfo(np.float32).max)  # the float32 limit: every module reads it from here
-_I32 = np.iinfo(np.int32)
+I32 = np.iinfo(np.int32)  # the int32 limits, likewise
 # NumPy kinds that are no real number: refused by name before JAX's generic error.
 _NOT_REAL = {"U": "a string", "S": "a bytes", "O": "an object", "c": "a complex",
              "M": "a datetime", "m": "a timedelta"}
@@ -125,7 +125,7 @@ def check_host_range(x, name: str) -> None:
     elif isinstance(x, bool) or not isinstance(x, float | int):
         return
     elif isinstance(x, int):
-        if not _I32.min <= x <= _I32.max:
+        if not I32.min <= x <= I32.max:
             raise ValueError(f"`{name}` = {x} is outside int32: without `jax_enable_x64` JAX cannot "
                              "hold it (nor a shape that large).")
         return
@@ -145,8 +145,8 @@ def check_host_range(x, name: str) -> None:
                 f"`{name}` {what} finite in float64 but beyond float32's range (±{F32_MAX:.4g}); "
                 "without `jax_enable_x64` JAX computes in float32 and would make it inf. Rescale "
                 "the values, or enable x64.")
-    elif kind in "iu" and (arr.min() < _I32.min or arr.max() > _I32.max):
-        flat = int(np.flatnonzero((arr < _I32.min) | (arr > _I32.max))[0])
+    elif kind in "iu" and (arr.min() < I32.min or arr.max() > I32.max):
+        flat = int(np.flatnonzero((arr < I32.min) | (arr > I32.max))[0])
         raise ValueError(
             f"`{name}` holds {int(arr.flat[flat])}{_at(arr, flat)}, outside int32: without "
             "`jax_enable_x64` JAX would wrap it to 32 bits silently. Ids belong in `group_ids` / "

@@ -48,7 +48,6 @@ from . import _checks
 from ._group_ids import Groups, exact_id
 from ._roles import parse_roles
 
-_INT32_MAX = np.iinfo(np.int32).max
 _SEQ = (list, tuple)
 
 
@@ -288,7 +287,7 @@ def _token_ids(values, where: str) -> np.ndarray:
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{where}: must be a 1-D sequence of integer token ids; got "
                         f"{arr.dtype} of shape {arr.shape}.")
-    if arr.min() < 0 or arr.max() > _INT32_MAX:
+    if arr.min() < 0 or arr.max() > _checks.I32.max:
         raise ValueError(f"{where}: token ids must lie in [0, 2**31); found "
                          f"[{arr.min()}, {arr.max()}].")
     return arr.astype(np.int32, copy=False)
@@ -299,7 +298,7 @@ def _all_token_ids(flat: list, rollouts) -> np.ndarray:
     try:
         arr = np.asarray(flat) if flat else np.zeros(0, np.int64)
         ok = arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer) and (
-            arr.size == 0 or (arr.min() >= 0 and arr.max() <= _INT32_MAX))
+            arr.size == 0 or (arr.min() >= 0 and arr.max() <= _checks.I32.max))
     except (TypeError, ValueError, OverflowError):
         ok = False
     if ok:
