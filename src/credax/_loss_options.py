@@ -52,6 +52,57 @@ NOT_A_MAPPING = ("argument after ** must be a mapping, not {kind}: a preset is o
                  "and `.asdict()` gives the fields.")
 
 
+class OptionsValue:
+    """What both options values (:class:`credax.Normalization`, :class:`LossOptions`) share: an
+    immutable value with equality by fields, final, and not a mapping (``**preset`` explains the
+    keyword instead). A class sets ``_FIELDS`` and ``_KEYWORD`` / ``_EXAMPLE`` for that message."""
+
+    __slots__ = ()
+    _FIELDS: tuple = ()
+    _KEYWORD = _EXAMPLE = ""
+
+    def __init_subclass__(cls, **kwargs):
+        if OptionsValue not in cls.__bases__:
+            refuse_subclass(cls.__mro__[1].__name__)
+        super().__init_subclass__(**kwargs)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is immutable; use `.replace({name}=...)`.")
+
+    def __delattr__(self, name):
+        # Without this, `del presets.VERL.eps` would empty a slot of a preset every caller shares.
+        raise AttributeError(f"{type(self).__name__} is immutable: `{name}` cannot be deleted; use "
+                             "`.replace(...)` for a changed copy.")
+
+    def replace(self, **changes):
+        """A copy with some fields changed (checked, and warned about, as in the constructor)."""
+        unknown = set(changes) - set(self._FIELDS)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields: "
+                            f"{list(self._FIELDS)}.")
+        return type(self)(**{**self.asdict(), **changes})
+
+    def asdict(self) -> dict:
+        """The fields as a new dict (``type(v)(**v.asdict())`` rebuilds ``v``)."""
+        return {k: getattr(self, k) for k in self._FIELDS}
+
+    def keys(self):
+        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
+        raise TypeError(NOT_A_MAPPING.format(kind=type(self).__name__, keyword=self._KEYWORD,
+                                             example=self._EXAMPLE))
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.asdict() == other.asdict()
+
+    __hash__ = None  # equal fields, equal options; unhashable, like a dict
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._FIELDS)
+        return f"{type(self).__name__}({fields})"
+
+
 # One rule per numeric field: (ok, requirement). Each value is a double already known to be a
 # number; ±inf passes only where a rule allows it.
 _RULES = {
@@ -144,7 +195,7 @@ def checked_fields(values: dict) -> dict:
 
 
 @jax.tree_util.register_pytree_node_class
-class LossOptions:
+class LossOptions(OptionsValue):
     """The options of the clipped policy loss: one immutable value (presets are instances).
 
     Taken as ``options=`` by :func:`credax.policy_loss`, :func:`credax.policy_loss_from_hidden`
@@ -188,9 +239,7 @@ class LossOptions:
 
     __slots__ = (*LOSS_OPTION_KEYS, "_checked")
     _credax_option = "options"  # given for another argument, the entry's diagnosis names both
-
-    def __init_subclass__(cls, **kwargs):
-        refuse_subclass("LossOptions")
+    _FIELDS, _KEYWORD, _EXAMPLE = LOSS_OPTION_KEYS, "options", "options=credax.presets.VERL_LOSS"
 
     def __init__(
         self,
@@ -222,40 +271,6 @@ class LossOptions:
     def __reduce__(self):
         # copy, deepcopy and pickle rebuild through the checks.
         return (_rebuild, (self.asdict(),))
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"LossOptions is immutable; use `.replace({name}=...)`.")
-
-    def __delattr__(self, name):
-        raise AttributeError(f"LossOptions is immutable; `{name}` cannot be deleted.")
-
-    def replace(self, **changes) -> LossOptions:
-        """A copy with some fields changed (checked as in the constructor)."""
-        unknown = set(changes) - set(LOSS_OPTION_KEYS)
-        if unknown:
-            raise TypeError(f"LossOptions has no field(s) {sorted(unknown)}; fields: "
-                            f"{list(LOSS_OPTION_KEYS)}.")
-        return LossOptions(**{**self.asdict(), **changes})
-
-    def asdict(self) -> dict:
-        """The fields as a new dict (``LossOptions(**o.asdict())`` rebuilds ``o``)."""
-        return {k: getattr(self, k) for k in LOSS_OPTION_KEYS}
-
-    def keys(self):
-        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
-        raise TypeError(NOT_A_MAPPING.format(kind="LossOptions", keyword="options",
-                                             example="options=credax.presets.VERL_LOSS"))
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, LossOptions):
-            return NotImplemented
-        return self.asdict() == other.asdict()
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in LOSS_OPTION_KEYS)
-        return f"LossOptions({fields})"
 
     def tree_flatten(self):
         return tuple(getattr(self, k) for k in NUMERIC_KEYS), tuple(

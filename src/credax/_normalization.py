@@ -15,7 +15,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from . import _checks
-from ._loss_options import NOT_A_MAPPING, refuse_subclass, unflatten_arity
+from ._loss_options import OptionsValue, unflatten_arity
 
 SINGLETON_MODES = ("zero", "raw")
 EPS_MODES = ("add", "sqrt")
@@ -41,7 +41,7 @@ def _warn_deprecated(message: str) -> None:
 
 
 @jax.tree_util.register_pytree_node_class
-class Normalization:
+class Normalization(OptionsValue):
     """How a group normalisation centres and scales: one immutable value for every estimator.
 
     For the peer set ``P`` of an entry (valid entries of the same group at the same trailing
@@ -107,8 +107,7 @@ class Normalization:
     # positionally lands on `mask`), the public entry's diagnosis names both.
     _credax_option = "normalization"
 
-    def __init_subclass__(cls, **kwargs):
-        refuse_subclass("Normalization")
+    _FIELDS, _KEYWORD, _EXAMPLE = NORMALIZE_KEYS, "normalization", "normalization=credax.presets.VERL"
 
     def __init__(
         self,
@@ -142,46 +141,6 @@ class Normalization:
         # copy, deepcopy and pickle rebuild through the checks (no second deprecation warning);
         # the default protocol would set the slots through the refusing __setattr__.
         return (_rebuild_normalization, (tuple(getattr(self, k) for k in NORMALIZE_KEYS),))
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"Normalization is immutable; use `.replace({name}=...)`.")
-
-    def __delattr__(self, name):
-        # Without this, `del presets.VERL.eps` would empty a slot of a preset every caller shares.
-        raise AttributeError(f"Normalization is immutable: `{name}` cannot be deleted; use "
-                             "`.replace(...)` for a changed copy.")
-
-    def replace(self, **changes) -> Normalization:
-        """A copy with some fields changed (checked, and warned about, as in the constructor)."""
-        unknown = set(changes) - set(NORMALIZE_KEYS)
-        if unknown:
-            raise TypeError(f"Normalization has no field(s) {sorted(unknown)}; fields: "
-                            f"{list(NORMALIZE_KEYS)}.")
-        return Normalization(**{**self.asdict(), **changes})
-
-    def asdict(self) -> dict:
-        """The fields as a new dict (``Normalization(**n.asdict())`` rebuilds ``n``).
-
-        A ``Normalization`` is deliberately not a mapping: ``**preset`` is a ``TypeError``, so the
-        options reach an estimator only through ``normalization=``."""
-        return {k: getattr(self, k) for k in NORMALIZE_KEYS}
-
-    def keys(self):
-        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
-        raise TypeError(NOT_A_MAPPING.format(kind="Normalization", keyword="normalization",
-                                             example="normalization=credax.presets.VERL"))
-
-    def __eq__(self, other) -> bool:
-        # Equal fields, equal options (as the mapping it used to be); unhashable, like a dict.
-        if not isinstance(other, Normalization):
-            return NotImplemented
-        return self.asdict() == other.asdict()
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in NORMALIZE_KEYS)
-        return f"Normalization({fields})"
 
     # A pytree: eps is the leaf, the rest is static (hashable aux data).
     def tree_flatten(self):
