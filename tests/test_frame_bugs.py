@@ -41,6 +41,9 @@ def test_bfloat16_hyperparameters_obey_their_rules():
         credax.discounted_returns(jnp.ones((1, 3)), jnp.ones((1, 3), bool), gamma=BF16(2))
     with pytest.raises(ValueError, match="`eps` must be >= 0"):
         credax.Normalization(eps=BF16(-1))
+    with pytest.raises(ValueError, match="`gamma` must lie in \\[0, 1\\]; got 2.0 at row 1"):
+        credax.gae_advantages(jnp.ones((2, 3)), jnp.zeros((2, 3)), jnp.ones((2, 3), bool),
+                              gamma=np.array([0.5, 2.0], BF16))  # one gamma per row
 
 
 def test_a_temperature_given_as_a_0d_jax_array_is_range_checked():
