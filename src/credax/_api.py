@@ -1,10 +1,8 @@
 """The public entry: a public function is ``jax.jit`` of its body plus one host step.
 
-Every public array function is a plain Python body made into a :class:`PublicFunction` by
-:func:`jit_public` (``_grouping.jit_grouped`` is the same with the group ids declared)::
-
-    @jit_public(static_argnames=("budget",), check=check_values(eps=NON_NEGATIVE), replicate=True)
-    def estimator(scores, turn_mask, *, budget=1, eps=1e-6): ...
+Every public array function is a body made a :class:`PublicFunction` by :func:`jit_public`
+(``_grouping.jit_grouped`` declares the group ids too), e.g. ``@jit_public(static_argnames=
+("budget",), check=check_values(eps=NON_NEGATIVE), replicate=True)``.
 
 **The call** is one host step, then ``jitted`` (``jax.jit`` of the body, static names given):
 
@@ -19,11 +17,10 @@ Every public array function is a plain Python body made into a :class:`PublicFun
 Nothing else runs on a correct call. A failed call is diagnosed (:meth:`PublicFunction._diagnose`:
 an unknown keyword with its hint, a torch tensor, an options value given for another argument,
 ``None`` for a number, a malformed ``Groups``) before JAX's error is let through. No table of
-types is built, so the first call of a process may be inside ``jit``, ``vmap``, ``grad``,
-``scan`` or ``shard_map``. In the program (once per compilation) Explicit-mesh shardings are
-gathered where the body scatters rows (:func:`replicate_explicit`) and ``traced`` conversions run
-(JAX group ids → ``Groups``, one dispatch). Hyperparameters stay traced: a schedule never
-recompiles. ``python -m benchmarks.entry_overhead`` measures the step.
+types is built: the first call of a process may be inside ``jit``, ``vmap``, ``grad``, ``scan``
+or ``shard_map``. In the program Explicit-mesh shardings are gathered where the body scatters rows
+(:func:`replicate_explicit`) and ``traced`` conversions run (JAX ids → ``Groups``). Hyperparameters
+stay traced: a schedule never recompiles. ``benchmarks/entry_overhead.py`` measures the step.
 """
 
 from __future__ import annotations
@@ -157,15 +154,18 @@ class PublicFunction:
 
     def _host(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """The host step (module docstring): the arguments as ``jitted`` gets them."""
-        args = tuple(map(self._one, self._positional, args)) + args[len(self._positional):]
-        kwargs = {name: self._one(name, value) for name, value in kwargs.items()}
-        check = self._check
-        if check is None:
-            return args, kwargs
-        if self._rules is not None:  # check_values: only a given value can break its rule
-            check({**dict(zip(self._positional, args, strict=False)), **kwargs})
-        elif self._reads is None or not self._reads.isdisjoint(kwargs) or not self._reads.isdisjoint(
-                self._positional[:len(args)]):
+        one = self._one
+        if args:
+            args = (*map(one, self._positional, args), *args[len(self._positional):])
+        if kwargs:
+            kwargs = {name: one(name, value) for name, value in kwargs.items()}
+        rules, check = self._rules, self._check
+        if rules is not None:  # check_values: only a given value can break its rule
+            for name, value in (*zip(self._positional, args, strict=False), *kwargs.items()):
+                if value is not None and name in rules:
+                    _checks.check_concrete(value, name, *rules[name])
+        elif check is not None and (self._reads is None or not self._reads.isdisjoint(kwargs)
+                                    or not self._reads.isdisjoint(self._positional[:len(args)])):
             arguments = {**self._defaults, **dict(zip(self._positional, args, strict=False)),
                          **kwargs}
             if self._required <= arguments.keys():  # else jit's own TypeError names the missing
@@ -176,12 +176,14 @@ class PublicFunction:
         """One argument through step 1 of the host step."""
         if name in self._static:
             return _checks.static_value(value, name, name in self._bools)
+        if isinstance(value, jax.Array):  # narrowed when it was made, or traced: nothing to do
+            return value
         convert = self._convert.get(name)
         if convert is None:
             return _checks.host_value(value, name)
         if value is None or (name in self._traced and type(value) not in (list, tuple)
-                             and not isinstance(value, np.ndarray | np.generic)):
-            return value  # the program converts JAX ids and Groups (no second dispatch)
+                             and not isinstance(value, (np.ndarray, np.generic))):
+            return value  # the program converts a Groups (and JAX ids: no second dispatch)
         return convert(_checks.host_value(value, name, exact=True))
 
     def _diagnose(self, args: tuple, kwargs: dict) -> None:
@@ -203,10 +205,9 @@ class PublicFunction:
                     or name in (self._rules or ())):
                 raise TypeError(f"`{name}` must be a number; got None (a null in a config?). Leave "
                                 "it out for its default.")
-            for convert in (self._convert.get(name), self._traced.get(name)):
-                try:
-                    if convert is not None and value is not None:
-                        convert(value)  # a malformed Groups or normalization, named
+            for convert in {self._convert.get(name), self._traced.get(name)} - {None}:
+                try:  # a malformed Groups or normalization, named
+                    _ = value is None or convert(value)
                 except Exception as error:
                     if f"`{name}`" in str(error):
                         raise error from None
@@ -217,8 +218,7 @@ class PublicFunction:
         return PublicFunction(body, **self._declared)
 
     def __get__(self, instance, owner=None):
-        # As a function: an attribute of a class binds to the instance (and inspect and pydoc
-        # treat the entry as a routine: help() shows its signature and docstring).
+        # As a function: binds as a method; inspect and pydoc treat the entry as a routine.
         return self if instance is None else types.MethodType(self, instance)
 
     def __reduce__(self):

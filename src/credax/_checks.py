@@ -195,14 +195,14 @@ def host_value(x, name: str, exact: bool = False):
             if not exact:
                 check_host_range(arr, name)
         return x
-    if isinstance(x, np.ndarray | np.generic):
+    if isinstance(x, (np.ndarray, np.generic)):
         _refuse_kind(x.dtype, name)
         if not x.dtype.isnative:  # '>f4' read as '<f4' would be byte-swapped garbage
             x = x.astype(x.dtype.newbyteorder("="))
         if not exact:
             check_host_range(x, name)
         return x
-    if isinstance(x, float | int) and not isinstance(x, bool):
+    if isinstance(x, (float, int)) and not isinstance(x, bool):
         x = float(x) if isinstance(x, float) else int(x)
         check_host_range(x, name)
     return x
