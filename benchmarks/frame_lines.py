@@ -25,7 +25,7 @@ from pathlib import Path
 ENTRY = ("_api", "_checks", "_validate")
 REGISTRY = ("_registry", "_batch")
 OPTIONS = ("_normalization", "_loss_options")
-NOT_MATH = ("__init__", "torch", "verl", "tunix", "_tunix_tiny", "nnx", "explain", "presets",
+NOT_MATH = ("__init__", "torch", "verl", "tunix", "trl", "_tunix_tiny", "nnx", "explain", "presets",
             "_readers", "_rollouts", "_roles")
 PREFIXES = ("check_", "as_", "validate_", "reject_")
 
