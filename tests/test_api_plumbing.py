@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import credax
-from credax import _api, _group_ids, _grouping, _normalization
+from credax import _api, _grouping, _normalization
 from credax._normalization import MOVED_TO_NORMALIZATION, NORMALIZE_KEYS, Normalization
 
 # --------------------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_check_sees_bound_arguments_with_defaults_before_tracing():
         return x + y
 
     f(jnp.ones(2), z=1)
-    assert list(seen[0]) == ["x", "y", "z"] and seen[0]["y"] == 3.0 and seen[0]["z"] == 1
+    assert sorted(seen[0]) == ["x", "y", "z"] and seen[0]["y"] == 3.0 and seen[0]["z"] == 1
     assert not isinstance(seen[0]["x"], jax.core.Tracer)  # the raw call, not the trace
 
 
@@ -204,23 +204,6 @@ def test_entry_attributes_are_the_body_s():
             assert isinstance(fn.jitted, jitted_type) and fn.signature == inspect.signature(fn), name
 
 
-def test_the_plan_says_what_each_argument_gets():
-    entry, _, _ = _entry()
-    assert list(entry.plan) == ["x", "group_ids", "power", "scale"]
-    x, ids, power, scale = entry.plan.values()
-    assert (x.static, x.convert, x.replicated, x.range_checked) == (False, None, True, True)
-    # convert implies replicate; converted ids and static options are never range-checked
-    assert (ids.convert, ids.replicated, ids.range_checked) == (credax.groups, True, False)
-    assert (power.static, power.replicated, power.range_checked) == (True, False, False)
-    assert scale.rewrites and not _api.ArgumentPlan("y").rewrites
-    real = credax.grpo_advantages.plan
-    assert real["group_ids"].traced is credax.groups and not real["group_ids"].range_checked
-    assert real["group_ids"].convert is _group_ids.host_ids  # host ids: by credax.groups, exactly
-    assert real["rewards"].range_checked and not real["rewards"].static
-    assert credax.discounted_returns.plan["rewards"].replicated  # replicate=True, no convert
-    assert not credax.policy_loss.plan["logp"].replicated  # row-wise: keeps its sharding
-
-
 def test_the_call_runs_its_steps_in_order():
     entry, _, seen = _entry()
     x = np.arange(4.0, dtype=np.float32)
@@ -248,7 +231,7 @@ def test_with_body_keeps_the_declarations():
         return x + power
 
     other = entry.with_body(instrumented)
-    assert other.body is instrumented and other.plan == entry.plan
+    assert other.body is instrumented and other._declared == entry._declared
     np.testing.assert_allclose(other(np.zeros(2, np.float32), [5, 6], power=3), [3.0, 3.0])
     assert got == [credax.Groups]  # converted as the original entry converts
     with pytest.raises(ValueError, match="scale"):  # checked as the original entry checks
@@ -366,21 +349,7 @@ def _public_signatures():
             yield name, fn.signature
 
 
-@pytest.fixture
-def full_path(monkeypatch):
-    """Counts the calls that took the entry's full host step (``_arguments``)."""
-    calls = []
-    original = _api.PublicFunction._arguments
-
-    def counting(self, args, kwargs):
-        calls.append(self.__name__)
-        return original(self, args, kwargs)
-
-    monkeypatch.setattr(_api.PublicFunction, "_arguments", counting)
-    return calls
-
-
-def test_the_common_call_gives_the_check_what_inspect_binds(full_path):
+def test_the_call_gives_the_check_what_inspect_binds():
     seen = []
 
     def f(x, g=None, *, eps=1.0, scale=2.0):
@@ -393,12 +362,10 @@ def test_the_common_call_gives_the_check_what_inspect_binds(full_path):
         entry(*args, **kwargs)
         expected = inspect.signature(f).bind(*args, **kwargs)
         expected.apply_defaults()
-        assert list(seen.pop().items()) == list(expected.arguments.items()), (args, kwargs)
-    # every call but the one giving a required argument by keyword took the common call
-    assert full_path == ["f"]
+        assert seen.pop() == dict(expected.arguments), (args, kwargs)
 
 
-def test_a_check_runs_only_when_it_can_fail(full_path):
+def test_a_check_runs_only_when_it_can_fail():
     seen = []
 
     @_api.reads("eps")
@@ -421,7 +388,6 @@ def test_a_check_runs_only_when_it_can_fail(full_path):
             rules(jnp.ones(2), bad)  # given positionally
         with pytest.raises(ValueError, match="^`eps` must be > 0"):
             rules(jnp.ones(2), eps=bad)
-    assert full_path.count("<lambda>") == 1  # np.float64 is no common type: the full path
 
 
 def test_a_check_is_proved_on_the_defaults_when_the_entry_is_built():
@@ -438,11 +404,10 @@ def test_a_check_is_proved_on_the_defaults_when_the_entry_is_built():
         _api.jit_public(check=_api.check_values(eps=_api.POSITIVE))(lambda x, eps=0.0: x)
 
 
-def test_the_common_call_keeps_the_host_screen(full_path):
+def test_the_call_keeps_the_host_screen():
     entry, _, _ = _entry()
     x, ids = jnp.arange(4.0), jnp.asarray([1, 1, 2, 2])
     entry(x, ids, scale=2.0)
-    assert full_path == []
     with pytest.raises(ValueError, match="`x` holds 1e\\+39"):  # a NumPy float64 array: range
         entry(np.array([1e39, 0.0, 0.0, 0.0]), ids)
     with pytest.raises(ValueError, match="`scale` = 1e\\+39 is finite in float64"):
@@ -533,7 +498,7 @@ def test_removed_normalization_keywords_are_refused_with_the_hint():
 
 def test_every_normalizing_entry_converts_normalization_with_as_normalization():
     for name, fn in _normalizing_entries():
-        assert fn.plan["normalization"].convert is _normalization.as_normalization, name
+        assert fn._declared["convert"]["normalization"] is _normalization.as_normalization, name
 
 
 def test_as_normalization_accepts_a_normalization_or_none_only():
@@ -557,7 +522,7 @@ def test_normalization_is_converted_on_the_host_before_tracing():
 
     x, ids = jnp.zeros(2), np.array([0, 0])
     for bad in (dict(eps=1e-3), "verl", credax.presets.VERL_LOSS, 1e-3):
-        with pytest.raises(TypeError, match="`normalization` must be a credax.Normalization"):
+        with pytest.raises(TypeError, match="`normalization` (must be|got) a credax"):
             f(x, ids, normalization=bad)
     assert seen == []  # refused on the host: never traced
     f(x, ids)

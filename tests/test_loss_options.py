@@ -151,7 +151,7 @@ def test_the_wrong_kind_of_value_is_named():
         loss(options=presets.VERL)
     with pytest.raises(TypeError, match=r"`options`.*mapping is not accepted"):
         loss(options={"clip_low": 0.1})
-    with pytest.raises(TypeError, match=r"`normalization` must be a credax.Normalization"):
+    with pytest.raises(TypeError, match=r"`normalization` got a credax.LossOptions"):
         credax.grpo_advantages(jnp.array([1.0, 0.0]), jnp.array([0, 0]),
                                normalization=presets.VERL_LOSS)
 
@@ -188,7 +188,7 @@ def test_torch_passes_on_where_a_removed_keyword_went():
 ])
 def test_finite_as_a_double_but_beyond_float32_is_refused_by_name(key, value):
     # Before: 1e39 became inf in float32 (kl_coef=1e39 gave loss inf, clip_high=1e39 ran).
-    with pytest.raises(ValueError, match=rf"`{key}` is .*beyond float32"):
+    with pytest.raises(ValueError, match=rf"`{key}` (is|=) .*beyond float32"):
         credax.LossOptions(**{key: value})
 
 
@@ -203,7 +203,7 @@ def test_a_value_that_breaks_its_rule_in_float32_is_refused(key, value):
 
 
 def test_log_ratio_clamp_pair_beyond_float32():
-    with pytest.raises(ValueError, match="`log_ratio_clamp` is .*beyond float32"):
+    with pytest.raises(ValueError, match="`log_ratio_clamp` (is|=) .*beyond float32"):
         credax.LossOptions(log_ratio_clamp=(-1e39, 10.0))
     assert credax.LossOptions(log_ratio_clamp=[-math.inf, 10.0]).log_ratio_clamp == (-math.inf, 10.0)
 
@@ -212,7 +212,7 @@ def test_log_ratio_clamp_pair_beyond_float32():
                                  "entropy_coef", "log_ratio_clamp"])
 def test_none_for_a_number_is_refused_by_name(key):
     # Before: kl_coef=None ran as 0 silently; clip_low=None failed inside jnp.array.
-    with pytest.raises(TypeError, match=rf"`{key}` must be a number; got None"):
+    with pytest.raises(TypeError, match=rf"`{key}` must be a real number; got None"):
         credax.LossOptions(**{key: None})
 
 

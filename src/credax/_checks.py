@@ -60,8 +60,276 @@ def reject_torch(x, name: str, function: str | None = None) -> None:
         )
 
 
-_F32_MAX = float(np.finfo(np.float32).max)
-_I32 = np.iinfo(np.int32)
+# --------------------------------------------------------------------------------------------
+# The host rules: the float32/int32 range rule and the concrete-value reader, each written once
+# (the table of what is checked where: docs/guides/conventions.md).
+# --------------------------------------------------------------------------------------------
+
+F32_MAX = float(np.finfo(np.float32).max)  # the float32 limit: every module reads it from here
+I32 = np.iinfo(np.int32)  # the int32 limits, likewise
+# NumPy kinds that are no real number: refused by name before JAX's generic error.
+_NOT_REAL = {"U": "a string", "S": "a bytes", "O": "an object", "c": "a complex",
+             "M": "a datetime", "m": "a timedelta"}
+
+
+def real_dtype(dtype) -> bool:
+    """Floating (bfloat16 and float16 included) or integer; bool is neither."""
+    return bool(jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer))
+
+
+def concrete_float(value) -> float | None:
+    """``value`` as a Python float when it is a concrete real scalar, else ``None``.
+
+    Concrete real scalars: Python ints and floats and their subclasses (not bools), NumPy scalars
+    and 0-d arrays of every real dtype (bfloat16 and float16 included), and 0-d committed JAX
+    arrays (read back: one scalar, a hyperparameter, not data). ``None`` for tracers, non-scalars,
+    bools, strings, ``None`` and an int beyond a double.
+    """
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    if isinstance(value, jax.Array):  # tracers included
+        if isinstance(value, jax.core.Tracer) or value.ndim or not value.is_fully_addressable:
+            return None
+    elif not isinstance(value, np.ndarray | np.generic):
+        return None
+    if np.ndim(value) or not real_dtype(value.dtype):
+        return None
+    return float(np.asarray(value))
+
+
+def check_host_range(x, name: str) -> None:
+    """The range rule: ``ValueError`` for a host value JAX would narrow silently (x64 off).
+
+    JAX makes host floats float32 and host ints 32-bit: a finite ``1e39`` becomes ``inf`` and a
+    turn index ``2**32`` becomes ``0`` (a real turn). Python numbers (subclasses too), NumPy
+    arrays and scalars of every dtype, and lists or tuples of them (JAX arrays inside are left
+    where they are) are checked anywhere in the value, masked entries included; NaN and ±inf are
+    not narrowed and follow each argument's own rule. JAX arrays were narrowed when they were
+    made; traced values cannot be seen.
+    """
+    if jax.config.jax_enable_x64:
+        return
+    if type(x) is float:  # the common case: one comparison
+        if abs(x) <= F32_MAX or not math.isfinite(x):
+            return
+        arr = np.asarray(x)
+    elif isinstance(x, np.ndarray | np.generic):
+        arr = np.asarray(x)
+    elif type(x) in (list, tuple):
+        arr = host_sequence(x, name)
+        if arr is None:
+            return
+    elif isinstance(x, bool) or not isinstance(x, float | int):
+        return
+    elif isinstance(x, int):
+        if not I32.min <= x <= I32.max:
+            raise ValueError(f"`{name}` = {x} is outside int32: without `jax_enable_x64` JAX cannot "
+                             "hold it (nor a shape that large).")
+        return
+    else:
+        arr = np.asarray(float(x))
+    if arr.size == 0 or arr.dtype.itemsize <= 4:
+        return
+    kind = arr.dtype.kind
+    if kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):
+            bad = np.isfinite(arr) & ~(np.abs(arr) <= F32_MAX)
+        if bad.any():
+            flat = int(np.flatnonzero(bad)[0])
+            what = (f"= {float(arr):g} is" if arr.ndim == 0
+                    else f"holds {float(arr.flat[flat]):g}{_at(arr, flat)}:")
+            raise ValueError(
+                f"`{name}` {what} finite in float64 but beyond float32's range (±{F32_MAX:.4g}); "
+                "without `jax_enable_x64` JAX computes in float32 and would make it inf. Rescale "
+                "the values, or enable x64.")
+    elif kind in "iu" and (arr.min() < I32.min or arr.max() > I32.max):
+        flat = int(np.flatnonzero((arr < I32.min) | (arr > I32.max))[0])
+        raise ValueError(
+            f"`{name}` holds {int(arr.flat[flat])}{_at(arr, flat)}, outside int32: without "
+            "`jax_enable_x64` JAX would wrap it to 32 bits silently. Ids belong in `group_ids` / "
+            "`anchor_ids` (densified exactly); other integer inputs (turn indices, role codes, "
+            "token ids) must fit in int32.")
+
+
+def host_sequence(x, name: str) -> np.ndarray | None:
+    """A list or tuple as one NumPy array, for the checks (0-d JAX arrays in it read as 0, never
+    pulled back; ``None`` when ragged or holding larger JAX arrays). A bool beside other numbers
+    is refused by name (``[0, True]`` is not ``[0, 1]``)."""
+    leaves, treedef = jax.tree_util.tree_flatten(x)
+    kinds = {type(v) for v in leaves}
+    if kinds & {bool, np.bool_} and not kinds <= {bool, np.bool_}:
+        raise TypeError(f"`{name}` mixes bools with numbers ({_first_bool(leaves)}); a bool is not "
+                        "the number 1 here. Pass numbers only (or a boolean mask of bools only).")
+    if any(isinstance(v, jax.Array) and v.ndim for v in leaves):
+        return None
+    try:
+        held = [0 if isinstance(v, jax.Array) else v for v in leaves]
+        return np.asarray(jax.tree_util.tree_unflatten(treedef, held))
+    except (TypeError, ValueError, OverflowError):
+        return None  # ragged or exotic: left to the trace-time type checks
+
+
+def _first_bool(leaves) -> str:
+    i = next(i for i, v in enumerate(leaves) if isinstance(v, bool | np.bool_))
+    return f"{leaves[i]!r} at position {i}"
+
+
+def host_value(x, name: str, exact: bool = False):
+    """The one host step for an argument's value (the public entry's normalisation): NumPy
+    arrays and scalars in native byte order; string, bytes, object and complex NumPy values (and
+    lists of them) refused by name, as are bools mixed with numbers; the range rule
+    (:func:`check_host_range`) unless ``exact`` (ids, densified exactly on the host). Python
+    number subclasses become the number they hold. Anything else (JAX arrays, tracers, options
+    values) is returned as it is."""
+    t = type(x)
+    if t is float or t is int:
+        check_host_range(x, name)
+        return x
+    if t is list or t is tuple:
+        arr = host_sequence(x, name)
+        if arr is not None:
+            _refuse_kind(arr.dtype, name)
+            if not exact:
+                check_host_range(arr, name)
+        return x
+    if isinstance(x, (np.ndarray, np.generic)):
+        _refuse_kind(x.dtype, name)
+        if not x.dtype.isnative:  # '>f4' read as '<f4' would be byte-swapped garbage
+            x = x.astype(x.dtype.newbyteorder("="))
+        if not exact:
+            check_host_range(x, name)
+        return x
+    if isinstance(x, (float, int)) and not isinstance(x, bool):
+        x = float(x) if isinstance(x, float) else int(x)
+        check_host_range(x, name)
+    return x
+
+
+def _refuse_kind(dtype, name: str) -> None:
+    if dtype.kind in _NOT_REAL:
+        raise TypeError(f"`{name}` is {_NOT_REAL[dtype.kind]} array (dtype {dtype}); credax takes "
+                        "real numbers (float, int) or bools.")
+
+
+def _finite(v: float) -> bool:
+    return math.isfinite(v)
+
+
+# The value rules of hyperparameters: (ok, requirement). NaN fails every comparison.
+FINITE = (_finite, "be finite")
+NON_NEGATIVE = (lambda v: v >= 0 and _finite(v), "be >= 0 and finite")
+POSITIVE = (lambda v: v > 0 and _finite(v), "be > 0 and finite")
+UNIT = (lambda v: 0 <= v <= 1, "lie in [0, 1]")
+
+
+def check_concrete(value, name: str, ok, requirement: str) -> float | None:
+    """The concrete-value rule: ``ValueError`` when ``value`` is a concrete scalar
+    (:func:`concrete_float`) and ``ok(value)`` is false; returns the value (``None`` if traced)."""
+    v = concrete_float(value)
+    if v is not None and not ok(v):
+        raise ValueError(f"`{name}` must {requirement}; got {v}.")
+    return v
+
+
+def option_number(value, name: str):
+    """A numeric field of an options value (``Normalization``, ``LossOptions``) as it is stored,
+    with its concrete value: ``(value, float)``, or ``(value, None)`` when traced.
+
+    A real scalar: a Python number (a subclass becomes the number it holds), a NumPy scalar or
+    0-d array of a real dtype (bfloat16 included; an array is copied, so a later write to the
+    caller's array changes nothing), a 0-d JAX array or a tracer of a real dtype. ``None``, bools,
+    strings and arrays of another shape are refused by name; so is a concrete value beyond
+    float32 (the range rule).
+    """
+    if value is None:
+        raise TypeError(f"`{name}` must be a real number; got None (a null in a config?). Leave "
+                        "it out for its default.")
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, bool | np.bool_) or dtype == np.bool_:
+        raise TypeError(f"`{name}` must be a real number, not a bool; got {value!r}.")
+    if isinstance(value, float | int):
+        value = float(value) if isinstance(value, float) else int(value)
+    elif not (isinstance(value, np.ndarray | np.generic | jax.Array) and real_dtype(dtype)):
+        raise TypeError(f"`{name}` must be a real number (a Python float or a 0-d real array, "
+                        f"which may be traced); got {type(value).__name__} {value!r}.")
+    elif np.ndim(value) != 0:
+        raise ValueError(f"`{name}` must be a scalar; got shape {np.shape(value)}.")
+    elif isinstance(value, np.ndarray):
+        value = value.copy()
+    v = concrete_float(value)
+    if v is None and type(value) is int:
+        raise ValueError(f"`{name}` = {value} is beyond float32's range (±{F32_MAX:.4g}).")
+    check_host_range(value, name)
+    return value, v
+
+
+def check_values(**rules):
+    """A public entry's ``check``: each named hyperparameter, when given and concrete, obeys its
+    rule (``FINITE``, ``NON_NEGATIVE``, ``POSITIVE``, ``UNIT``); ``None`` is skipped."""
+
+    def check(arguments) -> None:
+        for name, rule in rules.items():
+            if arguments.get(name) is not None:
+                check_concrete(arguments[name], name, *rule)
+
+    check.rules = dict(rules)
+    return check
+
+
+def reads(*names: str):
+    """Declare the arguments a ``check`` reads: a call giving none of them skips it (the entry
+    runs it once on the defaults when it is built)."""
+
+    def declare(check):
+        check.reads = tuple(names)
+        return check
+
+    return declare
+
+
+def static_value(value, name: str, boolean: bool = False):
+    """The static rule: a static option as the Python value ``jit`` hashes. A concrete 0-d integer
+    or bool array becomes the Python number; a traced one is a ``TypeError``; a bool option takes
+    only a bool (``"false"`` would be truthy); an int must fit int32 (the range rule)."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"`{name}` is static (it changes the program or sets a shape) and must be "
+                        "a concrete Python value; got a traced array.")
+    if isinstance(value, jax.Array | np.ndarray | np.generic):
+        if np.ndim(value) or value.dtype.kind not in "biu":
+            raise TypeError(f"`{name}` is static (it changes the program or sets a shape) and must "
+                            f"be a Python value; got an array of shape {np.shape(value)}.")
+        value = np.asarray(value).item()
+    if boolean and type(value) is not bool:
+        raise TypeError(f"`{name}` must be a Python bool (True or False); got {type(value).__name__} "
+                        f"{value!r} (an option is never read by truthiness: 'false' is truthy).")
+    if type(value) is int:
+        check_host_range(value, name)
+    return value
+
+
+def concrete_numpy(x) -> np.ndarray | None:
+    """``x`` as a NumPy array when it is a host value, ``None`` for JAX arrays (left on their
+    device) and tracers."""
+    if isinstance(x, jax.Array):
+        return None
+    try:
+        return np.asarray(x)
+    except Exception:  # pragma: no cover - exotic array types
+        return None
+
+
+def concrete_array(x) -> np.ndarray | None:
+    """``x`` as a NumPy array when concrete (host values and fully addressable JAX arrays, read
+    back), ``None`` when traced or unreadable: for the value checks of small ``[B, K]`` arguments."""
+    if isinstance(x, jax.core.Tracer) or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+        return None
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError):  # pragma: no cover - exotic array types
+        return None
 
 
 def _where(arr: np.ndarray, flat: int) -> str:
@@ -72,72 +340,6 @@ def _where(arr: np.ndarray, flat: int) -> str:
 def _at(arr: np.ndarray, flat: int) -> str:
     return "" if arr.ndim == 0 else f" at index {_where(arr, flat)}"
 
-
-def check_float32(value: float, name: str) -> None:
-    """``ValueError`` for a concrete number finite as a double but beyond float32's range.
-
-    Without ``jax_enable_x64`` JAX computes in float32, where ``1e39`` is ``inf``: a
-    hyperparameter (``eps``, ``gamma``, GPG's ``alpha``) or a value of that size would turn into
-    ``inf`` silently inside the program. NaN and ±inf are left to the argument's own rule.
-    """
-    if math.isfinite(value) and abs(value) > _F32_MAX and not jax.config.jax_enable_x64:
-        raise ValueError(
-            f"`{name}` = {value:g} is finite in float64 but beyond float32's range "
-            f"(±{_F32_MAX:.4g}); without `jax_enable_x64` JAX computes in float32 and would make "
-            "it inf. Rescale it, or enable x64.")
-
-
-def check_host_range(x, name: str) -> None:
-    """``ValueError`` for a host value that JAX would narrow silently without ``jax_enable_x64``.
-
-    JAX casts a NumPy ``float64`` array (or a list of floats) to float32 and an ``int64`` /
-    ``uint64`` one to 32 bits: a finite ``1e39`` becomes ``inf`` and a turn index ``2**32``
-    becomes ``0`` (a real turn). Such values are refused by name before tracing; NaN and ±inf
-    are not narrowed (they stay what they are) and follow the non-finite rule. Checked anywhere
-    in the array, masked entries included (the check cannot know which mask goes with it). JAX
-    arrays were narrowed already when they were made, and traced values cannot be seen.
-    """
-    if type(x) is float:  # a hyperparameter (the common case): one comparison
-        if abs(x) > _F32_MAX:
-            check_float32(x, name)
-        return
-    if type(x) is int:
-        if not _I32.min <= x <= _I32.max and not jax.config.jax_enable_x64:
-            raise ValueError(f"`{name}` = {x} is a Python int outside int32: without "
-                             "`jax_enable_x64` JAX cannot hold it. Pass a float, or enable x64.")
-        return
-    if isinstance(x, np.ndarray):
-        arr = x
-    elif isinstance(x, np.generic):  # a NumPy scalar (`np.float64(1e39)`): as its 0-d array
-        arr = np.asarray(x)
-    elif type(x) is list and x and not isinstance(x[0], jax.Array):  # never pull arrays back
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError, OverflowError):
-            return  # ragged or exotic: left to the trace-time type checks
-    else:
-        return
-    if arr.size == 0 or jax.config.jax_enable_x64:
-        return
-    kind, size = arr.dtype.kind, arr.dtype.itemsize
-    if kind == "f" and size > 4:
-        with np.errstate(over="ignore", invalid="ignore"):
-            bad = np.isinf(arr.astype(np.float32)) & np.isfinite(arr)
-        if bad.any():
-            flat = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"`{name}` holds {float(arr.flat[flat]):g}{_at(arr, flat)}: finite in "
-                f"float64 but beyond float32's range (±{_F32_MAX:.4g}); without `jax_enable_x64` "
-                "JAX computes in float32 and would make it inf. Rescale the values, or enable x64.")
-    elif kind in "iu" and size > 4:
-        lo, hi = arr.min(), arr.max()
-        if lo < _I32.min or hi > _I32.max:
-            flat = int(np.flatnonzero((arr < _I32.min) | (arr > _I32.max))[0])
-            raise ValueError(
-                f"`{name}` holds {int(arr.flat[flat])}{_at(arr, flat)}, outside int32: "
-                "without `jax_enable_x64` JAX would wrap it to 32 bits silently. Ids belong in "
-                "`group_ids` / `anchor_ids` (densified exactly); other integer inputs (turn "
-                "indices, role codes, token ids) must fit in int32.")
 
 
 def check_real(x, name: str, *, bool_ok: bool = True) -> None:

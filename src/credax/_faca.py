@@ -37,8 +37,6 @@ def _check_args(arguments) -> None:
                          "turns).")
 
 
-_check_args.names = _check_coef.names
-
 
 def default_reaction_mask(turn_mask: Array) -> Array:
     """``bool[B, K]``: every valid turn but each row's last valid one (it has no next user turn)."""

@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import check_concrete, concrete_numpy, jit_public, reads
+from ._api import check_concrete, jit_public, reads
 from ._losses import aggregate_values, check_agg, check_normalizer
 from ._turns import check_token_turn, masked_discounted_sum, next_valid
 
@@ -66,17 +66,9 @@ def _check_unit_interval(value, name: str) -> None:
     (NumPy, a list, or a committed JAX array, read back: ``B`` numbers). A traced one is used as
     given (its values cannot be seen before tracing)."""
     check_concrete(value, name, lambda v: 0.0 <= v <= 1.0, "lie in [0, 1]")
-    if value is None or isinstance(value, jax.core.Tracer) or np.ndim(value) == 0:
-        return
-    if isinstance(value, jax.Array):
-        if not value.is_fully_addressable:
-            return
-        host = np.asarray(value)
-    else:
-        host = concrete_numpy(value)
-    if host is None or not (np.issubdtype(host.dtype, np.floating)
-                            or np.issubdtype(host.dtype, np.integer)):
-        return  # the trace-time check names the dtype
+    host = None if value is None or np.ndim(value) == 0 else _checks.concrete_array(value)
+    if host is None or not _checks.real_dtype(host.dtype):
+        return  # traced or a scalar (checked above); a wrong dtype is named by the trace-time check
     bad = np.flatnonzero(~((host >= 0) & (host <= 1)))
     if bad.size:
         i = int(bad[0])

@@ -70,8 +70,6 @@ class Groups:
         return f"Groups(index={self.index!r}, num_groups={self.num_groups}{layout})"
 
 
-_api.register_type("groups", Groups)
-
 
 def _fmix32(h: jax.Array) -> jax.Array:
     """MurmurHash3's 32-bit finaliser: a bijection of uint32 with good avalanche."""

@@ -15,6 +15,7 @@ ones (inside the caller's ``jit``) are NaN, so a data bug stays visible either w
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -124,13 +125,10 @@ def check_temperature(temperature) -> None:
     """Eager range check of a concrete ``temperature`` (a traced one is used as given)."""
     if temperature is None:
         return
-    host = concrete_numpy(temperature)
+    _, host = _checks.option_number(temperature, "temperature")  # every real scalar form
     if host is None:
-        return
-    real = np.issubdtype(host.dtype, np.floating) or np.issubdtype(host.dtype, np.integer)
-    if host.ndim != 0 or not real:
-        raise TypeError(f"`temperature` must be a real scalar; got {host.dtype} of shape {host.shape}.")
-    if not (np.isfinite(host) and host > 0):
+        return  # traced: used as given
+    if not (math.isfinite(host) and host > 0):
         raise ValueError(
             f"`temperature` must be positive and finite (logits are divided by it); got {host}. "
             "Greedy decoding (T = 0) has no log-probabilities to score: pass the sampler's T."

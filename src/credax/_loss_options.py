@@ -14,11 +14,10 @@ from __future__ import annotations
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._api import concrete_float, register_type
+from . import _checks
 
 AGG_MODES = (
     "token-mean",
@@ -59,7 +58,6 @@ _OPTIONAL = frozenset({"dual_clip", "ratio_cap", "normalizer", "kl_clamp"}.union
     *SURROGATE_FIELDS.values()))  # None: off, or a surrogate's field when another is chosen
 _STATIC_CHOICES = {"agg": AGG_MODES, "kl_estimator": KL_ESTIMATORS, "ratio": RATIO_LEVELS,
                    "rollout_is": ROLLOUT_IS_LEVELS, "surrogate": SURROGATES}
-_F32_MAX = float(np.finfo(np.float32).max)
 
 # The TypeError of a removed loose keyword (`clip_low=...` on policy_loss) says where it went.
 MOVED_TO_LOSS_OPTIONS = {
@@ -72,9 +70,55 @@ NOT_A_MAPPING = ("argument after ** must be a mapping, not {kind}: a preset is o
                  "and `.asdict()` gives the fields.")
 
 
-def _f32_ok(v: float) -> bool:
-    """Whether a finite double stays finite in float32 (without x64 JAX computes in float32)."""
-    return jax.config.jax_enable_x64 or abs(v) <= _F32_MAX
+class OptionsValue:
+    """What both options values (:class:`credax.Normalization`, :class:`LossOptions`) share: an
+    immutable value with equality by fields, final, and not a mapping (``**preset`` explains the
+    keyword instead). A class sets ``_FIELDS`` and ``_KEYWORD`` / ``_EXAMPLE`` for that message."""
+
+    __slots__ = ()
+    _FIELDS: tuple = ()
+    _KEYWORD = _EXAMPLE = ""
+
+    def __init_subclass__(cls, **kwargs):
+        if OptionsValue not in cls.__bases__:
+            refuse_subclass(cls.__mro__[1].__name__)
+        super().__init_subclass__(**kwargs)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is immutable; use `.replace({name}=...)`.")
+
+    def __delattr__(self, name):
+        # Without this, `del presets.VERL.eps` would empty a slot of a preset every caller shares.
+        raise AttributeError(f"{type(self).__name__} is immutable: `{name}` cannot be deleted; use "
+                             "`.replace(...)` for a changed copy.")
+
+    def replace(self, **changes):
+        """A copy with some fields changed (checked, and warned about, as in the constructor)."""
+        unknown = set(changes) - set(self._FIELDS)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; fields: "
+                            f"{list(self._FIELDS)}.")
+        return type(self)(**{**self.asdict(), **changes})
+
+    def asdict(self) -> dict:
+        """The fields as a new dict (``type(v)(**v.asdict())`` rebuilds ``v``)."""
+        return {k: getattr(self, k) for k in self._FIELDS}
+
+    def keys(self):
+        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
+        raise TypeError(NOT_A_MAPPING.format(kind=type(self).__name__, keyword=self._KEYWORD,
+                                             example=self._EXAMPLE))
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.asdict() == other.asdict()
+
+    __hash__ = None  # equal fields, equal options; unhashable, like a dict
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._FIELDS)
+        return f"{type(self).__name__}({fields})"
 
 
 # One rule per numeric field: (ok, requirement). Each value is a double already known to be a
@@ -103,39 +147,21 @@ _RULES = {
 }
 
 
-def _number(value, name: str) -> float | None:
-    """``value`` checked as a numeric option: its concrete value as a double, ``None`` when it is
-    traced (checked by no one). Refuses ``None`` (a config null), bools, strings and arrays of
-    another shape or kind by name."""
-    if isinstance(value, jax.core.Tracer):
-        if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
-            raise TypeError(f"`{name}` must be a real number; got a traced {value.dtype} array.")
-        if value.ndim != 0:
-            raise ValueError(f"`{name}` must be a scalar; got a traced array of shape {value.shape}.")
-        return None
-    if value is None:
-        raise TypeError(f"`{name}` must be a number; got None (a config null?). Leave the field "
-                        "out for its default.")
-    kind = getattr(value, "dtype", None)
-    if isinstance(value, bool | np.bool_) or (kind is not None and kind == np.bool_):
-        raise TypeError(f"`{name}` must be a number, not a bool; got {value!r}.")
-    if type(value) not in (int, float) and not (
-            isinstance(value, np.ndarray | np.generic | jax.Array)
-            and (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer))):
-        raise TypeError(f"`{name}` must be a real number (a Python float or a 0-d real array, "
-                        f"which may be traced); got {type(value).__name__} {value!r}.")
-    if np.ndim(value) != 0:
-        raise ValueError(f"`{name}` must be a scalar; got shape {np.shape(value)}.")
-    v = concrete_float(value)
-    if v is None:
-        if type(value) is int:  # beyond a double
-            raise ValueError(f"`{name}` must be finite in float32; got {value}.")
-        return None  # an uncommitted array: seen by no one
-    if math.isfinite(v) and not _f32_ok(v):
-        raise ValueError(f"`{name}` is {v:g}: finite as a double but beyond float32's range "
-                         f"(±{_F32_MAX:.4g}); without `jax_enable_x64` JAX computes in float32 "
-                         "and would make it inf.")
-    return v
+def refuse_subclass(kind: str) -> None:
+    """An options value is final: a subclass is not the registered pytree (JAX would take it for
+    an array and fail inside the trace)."""
+    raise TypeError(f"credax.{kind} cannot be subclassed (it is a registered pytree of checked "
+                    f"fields); build one with `credax.{kind}(...)` or `preset.replace(...)`.")
+
+
+def unflatten_arity(kind: str, static, children, static_keys, leaf_keys) -> None:
+    """``ValueError`` for hand-made aux data (another tree's treedef, a stale pickle) in an options
+    value's ``tree_unflatten``: zip's "argument 2 is shorter" would name nothing."""
+    if len(tuple(static)) != len(static_keys) or len(tuple(children)) != len(leaf_keys):
+        raise ValueError(f"{kind}.tree_unflatten: the aux data must hold the {len(static_keys)} "
+                         f"static fields {list(static_keys)} and the children the leaves "
+                         f"{list(leaf_keys)}; got {len(tuple(static))} fields and "
+                         f"{len(tuple(children))} children.")
 
 
 def _check_clamp(clamp) -> tuple | object:
@@ -144,12 +170,12 @@ def _check_clamp(clamp) -> tuple | object:
     if isinstance(clamp, tuple | list):
         if len(clamp) != 2:
             raise ValueError(f"`log_ratio_clamp` must be a bound c or a pair (lo, hi); got {clamp!r}.")
-        lo, hi = (_number(c, "log_ratio_clamp") for c in clamp)
+        (lo_value, lo), (hi_value, hi) = (_checks.option_number(c, "log_ratio_clamp") for c in clamp)
         if (lo is not None and not lo < 0) or (hi is not None and not hi > 0):
             raise ValueError("`log_ratio_clamp` must be (lo, hi) with lo < 0 < hi (lo may be -inf, "
                              f"hi inf); got {tuple(clamp)!r}.")
-        return tuple(clamp)
-    v = _number(clamp, "log_ratio_clamp")
+        return lo_value, hi_value
+    clamp, v = _checks.option_number(clamp, "log_ratio_clamp")
     if v is not None and not v > 0:
         raise ValueError(f"`log_ratio_clamp` must be > 0; got {v}.")
     return clamp
@@ -179,7 +205,7 @@ def checked_fields(values: dict) -> dict:
         value = out[key]
         if value is None and key in _OPTIONAL:
             continue
-        v = _number(value, key)
+        out[key], v = _checks.option_number(value, key)
         if v is not None and not ok(v):
             raise ValueError(f"`{key}` must {requirement}; got {v}.")
         if v is not None and not jax.config.jax_enable_x64 and not ok(float(np.float32(v))):
@@ -209,7 +235,7 @@ def checked_fields(values: dict) -> dict:
 
 
 @jax.tree_util.register_pytree_node_class
-class LossOptions:
+class LossOptions(OptionsValue):
     """The options of the clipped policy loss: one immutable value (presets are instances).
 
     Taken as ``options=`` by :func:`credax.policy_loss`, :func:`credax.policy_loss_from_hidden`
@@ -264,6 +290,8 @@ class LossOptions:
     """
 
     __slots__ = (*LOSS_OPTION_KEYS, "_checked")
+    _credax_option = "options"  # given for another argument, the entry's diagnosis names both
+    _FIELDS, _KEYWORD, _EXAMPLE = LOSS_OPTION_KEYS, "options", "options=credax.presets.VERL_LOSS"
 
     def __init__(
         self,
@@ -307,40 +335,6 @@ class LossOptions:
         # copy, deepcopy and pickle rebuild through the checks.
         return (_rebuild, (self.asdict(),))
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"LossOptions is immutable; use `.replace({name}=...)`.")
-
-    def __delattr__(self, name):
-        raise AttributeError(f"LossOptions is immutable; `{name}` cannot be deleted.")
-
-    def replace(self, **changes) -> LossOptions:
-        """A copy with some fields changed (checked as in the constructor)."""
-        unknown = set(changes) - set(LOSS_OPTION_KEYS)
-        if unknown:
-            raise TypeError(f"LossOptions has no field(s) {sorted(unknown)}; fields: "
-                            f"{list(LOSS_OPTION_KEYS)}.")
-        return LossOptions(**{**self.asdict(), **changes})
-
-    def asdict(self) -> dict:
-        """The fields as a new dict (``LossOptions(**o.asdict())`` rebuilds ``o``)."""
-        return {k: getattr(self, k) for k in LOSS_OPTION_KEYS}
-
-    def keys(self):
-        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
-        raise TypeError(NOT_A_MAPPING.format(kind="LossOptions", keyword="options",
-                                             example="options=credax.presets.VERL_LOSS"))
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, LossOptions):
-            return NotImplemented
-        return self.asdict() == other.asdict()
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in LOSS_OPTION_KEYS)
-        return f"LossOptions({fields})"
-
     def tree_flatten(self):
         return tuple(getattr(self, k) for k in NUMERIC_KEYS), tuple(
             getattr(self, k) for k in STATIC_KEYS)
@@ -349,13 +343,12 @@ class LossOptions:
     def tree_unflatten(cls, static, children):
         # No check here: under a transformation the leaves may be tracers or sentinels. A rebuilt
         # value is checked where it is used (as_loss_options).
+        unflatten_arity("LossOptions", static, children, STATIC_KEYS, NUMERIC_KEYS)
         out = object.__new__(cls)
         _set(out, dict(zip(NUMERIC_KEYS + STATIC_KEYS, (*children, *static), strict=True)),
              checked=False)
         return out
 
-
-register_type("options", LossOptions)
 
 
 def _set(options: LossOptions, values: dict, *, checked: bool) -> None:

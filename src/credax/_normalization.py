@@ -11,20 +11,18 @@ import sys
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import _api, _checks
-from ._api import NON_NEGATIVE
-from ._loss_options import NOT_A_MAPPING
+from . import _checks
+from ._loss_options import OptionsValue, unflatten_arity
 
 SINGLETON_MODES = ("zero", "raw")
 EPS_MODES = ("add", "sqrt")
 SCALE_MODES = ("group", "batch", "none")
 # The fields of Normalization (an estimator takes them only inside one `normalization=` value).
 NORMALIZE_KEYS = ("center", "scale", "ddof", "eps", "eps_mode", "singleton", "leave_one_out")
-_DDOF_MAX = int(np.iinfo(np.int32).max)
+_DDOF_MAX = int(_checks.I32.max)
 _DEPRECATED_SCALE = {True: "group", False: "none"}
 # The TypeError of a removed loose keyword (`scale=...` on an estimator) says where it went.
 MOVED_TO_NORMALIZATION = {
@@ -43,7 +41,7 @@ def _warn_deprecated(message: str) -> None:
 
 
 @jax.tree_util.register_pytree_node_class
-class Normalization:
+class Normalization(OptionsValue):
     """How a group normalisation centres and scales: one immutable value for every estimator.
 
     For the peer set ``P`` of an entry (valid entries of the same group at the same trailing
@@ -106,15 +104,10 @@ class Normalization:
     # tree_unflatten builds unchecked values (see as_normalization).
     __slots__ = (*NORMALIZE_KEYS, "_checked")
     # The keyword an options value belongs to: given for another argument (a preset passed
-    # positionally lands on `mask`), the public entry names both (`_api._misplaced_option`).
+    # positionally lands on `mask`), the public entry's diagnosis names both.
     _credax_option = "normalization"
 
-    def __init_subclass__(cls, **kwargs):
-        # A subclass is not the registered pytree: JAX would take it for an array and fail inside
-        # the trace ("Error interpreting argument ... as an abstract array").
-        raise TypeError("credax.Normalization cannot be subclassed (it is a registered pytree of "
-                        "checked fields); build one with `credax.Normalization(...)` or "
-                        "`preset.replace(...)`.")
+    _FIELDS, _KEYWORD, _EXAMPLE = NORMALIZE_KEYS, "normalization", "normalization=credax.presets.VERL"
 
     def __init__(
         self,
@@ -149,46 +142,6 @@ class Normalization:
         # the default protocol would set the slots through the refusing __setattr__.
         return (_rebuild_normalization, (tuple(getattr(self, k) for k in NORMALIZE_KEYS),))
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"Normalization is immutable; use `.replace({name}=...)`.")
-
-    def __delattr__(self, name):
-        # Without this, `del presets.VERL.eps` would empty a slot of a preset every caller shares.
-        raise AttributeError(f"Normalization is immutable: `{name}` cannot be deleted; use "
-                             "`.replace(...)` for a changed copy.")
-
-    def replace(self, **changes) -> Normalization:
-        """A copy with some fields changed (checked, and warned about, as in the constructor)."""
-        unknown = set(changes) - set(NORMALIZE_KEYS)
-        if unknown:
-            raise TypeError(f"Normalization has no field(s) {sorted(unknown)}; fields: "
-                            f"{list(NORMALIZE_KEYS)}.")
-        return Normalization(**{**self.asdict(), **changes})
-
-    def asdict(self) -> dict:
-        """The fields as a new dict (``Normalization(**n.asdict())`` rebuilds ``n``).
-
-        A ``Normalization`` is deliberately not a mapping: ``**preset`` is a ``TypeError``, so the
-        options reach an estimator only through ``normalization=``."""
-        return {k: getattr(self, k) for k in NORMALIZE_KEYS}
-
-    def keys(self):
-        # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
-        raise TypeError(NOT_A_MAPPING.format(kind="Normalization", keyword="normalization",
-                                             example="normalization=credax.presets.VERL"))
-
-    def __eq__(self, other) -> bool:
-        # Equal fields, equal options (as the mapping it used to be); unhashable, like a dict.
-        if not isinstance(other, Normalization):
-            return NotImplemented
-        return self.asdict() == other.asdict()
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in NORMALIZE_KEYS)
-        return f"Normalization({fields})"
-
     # A pytree: eps is the leaf, the rest is static (hashable aux data).
     def tree_flatten(self):
         static = tuple(getattr(self, k) for k in NORMALIZE_KEYS if k != "eps")
@@ -199,20 +152,12 @@ class Normalization:
         # No check here (and no second warning): under a transformation `eps` may be a tracer or
         # a sentinel. A rebuilt value (tree_map, hand-made aux data) is checked where it is used:
         # every estimator passes its `normalization` through as_normalization first.
-        keys = [k for k in NORMALIZE_KEYS if k != "eps"]
-        if len(tuple(static)) != len(keys) or len(tuple(children)) != 1:
-            # Hand-made aux data (tree_unflatten with another tree's treedef, a stale pickle):
-            # zip's "argument 2 is shorter" would name nothing.
-            raise ValueError(f"Normalization.tree_unflatten: the aux data must hold the "
-                             f"{len(keys)} static fields {keys} and the children the one leaf "
-                             f"`eps`; got {len(tuple(static))} fields and {len(tuple(children))} "
-                             "children.")
+        unflatten_arity("Normalization", static, children,
+                        [k for k in NORMALIZE_KEYS if k != "eps"], ["eps"])
         center, scale, ddof, eps_mode, singleton, leave_one_out = static
         values = (center, scale, ddof, children[0], eps_mode, singleton, leave_one_out)
         return _set(object.__new__(cls), values, checked=False)
 
-
-_api.register_type("normalization", Normalization)
 
 
 def _set(norm: Normalization, values: tuple, *, checked: bool) -> Normalization:
@@ -245,25 +190,8 @@ def _checked_fields(values: tuple) -> tuple:
     if ddof > _DDOF_MAX:  # counts are int32: a larger ddof overflows inside the trace
         raise ValueError(f"`ddof` must be <= {_DDOF_MAX} (counts are int32; any ddof >= the "
                          f"set size already makes every set a singleton); got {ddof}.")
-    if isinstance(eps, jax.core.Tracer):
-        kind = eps.dtype
-    elif type(eps) is float or type(eps) is int:
-        kind = None
-    elif isinstance(eps, np.ndarray | np.generic | jax.Array) and not isinstance(eps, np.bool_):
-        kind = eps.dtype
-        real = jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)
-        if real and np.ndim(eps) != 0:
-            raise ValueError(f"`eps` must be a scalar; got shape {np.shape(eps)}.")
-    else:
-        kind = False
-    if kind is False or (kind is not None and not (jnp.issubdtype(kind, jnp.floating)
-                                                  or jnp.issubdtype(kind, jnp.integer))):
-        shape = f" of shape {np.shape(eps)}" if hasattr(eps, "shape") else ""
-        raise TypeError(f"`eps` must be a real number (a Python float or a 0-d real array, which "
-                        f"may be traced); got {type(eps).__name__}{shape} {eps!r}.")
-    value = _api.check_concrete(eps, "eps", *NON_NEGATIVE)  # a traced eps is checked by no one
-    if value is not None and not isinstance(eps, jax.Array):  # a JAX array was narrowed already
-        _checks.check_float32(value, "eps")  # 1e39 would be inf in the float32 statistics
+    eps, _ = _checks.option_number(eps, "eps")
+    _checks.check_concrete(eps, "eps", *_checks.NON_NEGATIVE)  # a traced eps: the NaN guard
     return center, scale, ddof, eps, eps_mode, singleton, leave_one_out
 
 

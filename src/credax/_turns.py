@@ -182,6 +182,7 @@ def future_best(
     return jnp.where(turn_mask, u, 0).astype(out_dtype)
 
 
+@jit_public(static_argnames=("num_turns",))
 def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[Array, " K"]:
     """Turn weights ``γ^k``, ``k = 0..K-1`` (the papers' ``γ^{k-1}`` with 1-based ``k``).
 
@@ -203,9 +204,6 @@ def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[A
       Array([1.   , 0.5  , 0.25 , 0.125], dtype=float32)
     """
     num_turns = _checks.check_static_int(num_turns, "num_turns")
-    if gamma is None:  # a config null: jnp.asarray(None) would fail inside JAX, naming nothing
-        raise TypeError("`gamma` must be a number; got None.")
-    _checks.check_host_range(gamma, "gamma")  # 1e39 would be inf in float32
     gamma = jnp.asarray(gamma)
     gamma = _checks.scalar(gamma, _checks.compute_dtype(gamma.dtype), "gamma")
     return discount_powers(num_turns, gamma)

@@ -19,8 +19,6 @@ from ._rollouts import PaddedRollouts, RolloutBatch
 from ._tcpo import check_alternatives_shape
 from ._turns import check_token_turn_shape
 
-_INT32 = np.iinfo(np.int32)
-
 
 def padded_batch(x):
     """The :class:`credax.RolloutBatch` inside ``x`` (a ``PaddedRollouts`` or a batch), else None."""
@@ -52,8 +50,8 @@ def check_group_ids(group_ids, batch: int) -> None:
     ids = host_array(group_ids, "group_ids")
     _checks.check_int(ids, "group_ids")
     _checks.check_shape(ids, "group_ids", (batch,), "[B]")
-    if ids.size and (ids.min() < _INT32.min or ids.max() > _INT32.max):
-        bad = int(np.argmax((ids < _INT32.min) | (ids > _INT32.max)))
+    if ids.size and (ids.min() < _checks.I32.min or ids.max() > _checks.I32.max):
+        bad = int(np.argmax((ids < _checks.I32.min) | (ids > _checks.I32.max)))
         raise ValueError(
             f"`group_ids` must fit in int32 (JAX casts ids to int32 without x64, which would "
             f"silently merge groups); row {bad} has {ids[bad]}. Densify 64-bit hashes first, e.g. "

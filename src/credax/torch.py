@@ -60,7 +60,7 @@ import numpy as np
 import torch  # the real torch: imports are absolute, this module's own name does not shadow it
 
 import credax
-from credax import _api
+from credax import _api, _checks
 
 # Arguments that credax groups by (turned into a ``Groups`` once here) and integer keys compared
 # only for equality (densified, never hashed by value).
@@ -75,7 +75,6 @@ def _x64() -> bool:
 
 
 _UNSIGNED_WIDE = (torch.uint32, torch.uint64)
-_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_tensor(tensor, name: str) -> None:
@@ -118,7 +117,7 @@ def _fits_float32(t: torch.Tensor, name: str) -> None:
         flat = int(torch.nonzero(bad.reshape(-1))[0])
         value = float(t.reshape(-1)[flat])
         raise ValueError(f"`{name}` holds {value:g} at flat index {flat}: finite in float64 but "
-                         f"beyond float32's range (±{_F32_MAX:.4g}); without `jax_enable_x64` JAX "
+                         f"beyond float32's range (±{_checks.F32_MAX:.4g}); without `jax_enable_x64` JAX "
                          "computes in float32 and would make it inf. Rescale, or enable x64.")
 
 

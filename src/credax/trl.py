@@ -82,7 +82,7 @@ from trl import GRPOTrainer
 
 import credax
 import credax.torch as ct
-from credax import _registry
+from credax import _checks, _registry
 from credax._batch import TurnBatch
 from credax._group_ids import exact_id
 
@@ -95,7 +95,6 @@ _SOURCES = {"turn_scores": ("scores", "turn_rewards"), "turn_roles": ("roles",),
 # TurnBatch fields the bridge always fills from TRL's batch.
 _ALWAYS = frozenset({"turn_mask", "group_ids", "rewards", "token_turn", "rows"})
 _LEVELS = ("row", "turn", "token")  # registry levels that map onto tokens
-_F32_MAX = float(np.finfo(np.float32).max)
 # Where the loss is computed: TRL's own code, or credax.policy_loss (see CreditGRPOTrainer).
 LOSSES = ("trl", "credax")
 # TRL 1.16's loss types normalised by the accumulation window's token count (`num_items_in_batch`,
@@ -260,7 +259,7 @@ def _scores(rows: list, name: str) -> list:
             if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.integer | np.floating):
                 raise TypeError(f"{name} row {b}, turn {k} must be a number; got "
                                 f"{type(v).__name__} {v!r}.")
-            if not abs(float(v)) <= _F32_MAX:
+            if not abs(float(v)) <= _checks.F32_MAX:  # finite too: NaN fails
                 raise ValueError(f"{name} row {b}, turn {k} must be finite and within float32's "
                                  f"range; got {float(v)!r}.")
         out.append([float(v) for v in row])

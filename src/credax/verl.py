@@ -82,7 +82,7 @@ from verl.trainer.ppo import core_algos
 
 import credax
 import credax.torch as ct
-from credax import _registry
+from credax import _checks, _registry
 from credax._batch import TurnBatch
 from credax._group_ids import exact_id
 
@@ -228,7 +228,6 @@ def _per_turn(rows, field: str, turn_mask: torch.Tensor) -> list:
     return out
 
 
-_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _scores(rows: list) -> list:
@@ -239,13 +238,12 @@ def _scores(rows: list) -> list:
         values = []
         for k, v in enumerate(row):
             where = f"non_tensor_batch['turn_scores'] row {b}, turn {k}"
-            if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.integer |
-                                                                 np.floating):
+            f = _checks.concrete_float(v)  # every real scalar form; bools and strings: None
+            if f is None:
                 raise TypeError(f"{where} must be a number; got {type(v).__name__} {v!r}.")
-            f = float(v)
-            if not (abs(f) <= _F32_MAX):
+            if not (abs(f) <= _checks.F32_MAX):
                 raise ValueError(f"{where} must be finite and within float32's range "
-                                 f"(±{_F32_MAX:.4g}); got {f!r}.")
+                                 f"(±{_checks.F32_MAX:.4g}); got {f!r}.")
             values.append(f)
         out.append(values)
     return out
