@@ -6,13 +6,24 @@ JAX starts."""
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# Batch-sharded, these differ from the unsharded result by 1.2e-7 to 1.1e-6 (the guide's table).
-CALLS = ("grpo_advantages", "gigpo_advantages", "tcpo_advantages", "pgpo_advantages",
-         "reinforce_pp_baseline_advantages", "policy_loss", "redistribute_advantages")
+
+
+def _equal_only_to_rounding() -> list[str]:
+    """The calls of the guide's "Equal only to rounding" table: batch-sharded, they differ from
+    the unsharded result in the last bits (1e-8 to 1e-6)."""
+    text = (ROOT / "docs/guides/reproducibility.md").read_text()
+    table = text.split("**Equal only to rounding**", 1)[1].split("\n\n", 2)[1]
+    return re.findall(r"^\| `([^`]+)` \|", table, flags=re.M)
+
+
+# Every fourth row of that table (read from the guide, never listed here): a spread over the
+# estimator families and the losses, at a run time the suite can afford.
+CALLS = tuple(_equal_only_to_rounding()[::4])
 
 
 def run(*args):
