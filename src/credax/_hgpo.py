@@ -43,8 +43,8 @@ class HGPO(NamedTuple):
         ``k`` observations.
       informative: ``bool[B, K, H + 2]`` the levels that voted: valid and the step's value not
         exactly at its group's mean (a singleton group, a zero-spread group or a member exactly
-        at its group mean gives ``0`` and abstains; "exactly" in real arithmetic on the returns,
-        decided with integers, see :func:`hgpo_advantages`).
+        at its group mean gives ``0`` and abstains; "exactly" in real arithmetic on the returns
+        as the inputs define them, decided with integers, see :func:`hgpo_advantages`).
     """
 
     advantages: Array
@@ -198,15 +198,29 @@ def hgpo_advantages(
     A level is informative for a step when the step has ``k`` valid observations and
     ``A^k != 0`` in exact arithmetic: singleton groups, zero-spread groups and a member exactly at
     its group's mean give exactly ``0`` (whatever ``eps``) and abstain; every other member votes,
-    however small its value. "Exactly at the mean" is ``n · G_{i,t} == Σ_{P_k} G`` for the returns
-    as computed in the compute dtype, decided with integer limbs (no tolerance, no float residue:
-    a rounded mean never makes a member at the mean vote, nor a genuine deviation of ``1e-8``
-    abstain). Float32 inputs 0.7, 0.85, 1.0 are *not* an exact progression (the mean of the
-    three float32 values misses 0.85f by ``2e-8``): the middle one votes, as in float64 on the same
-    float32 values; in float64 inputs 0.7, 0.85, 1.0 it is at the mean. A group holding a return
-    below ``2**-32`` of its largest magnitude (float32; ``2**-61`` in float64), other than ``0``,
-    is outside the exact grid: there the computed value decides (``!= 0``). The same rule
-    applies to the episode level's groups of two or more. ``episode_group=True`` adds the episode
+    however small its value. "Exactly at the mean" is ``n · G_{i,t} == Σ_{P_k} G`` in real
+    arithmetic on the returns *as the inputs define them*, decided with integer limbs (no
+    tolerance, no float residue). In float32 the returns for this decision, and for the level
+    values, are double-float pairs ``hi + lo`` (about 48 significant bits): Dekker's exact product
+    and Knuth's exact sum in the recurrence ``G = r + γ G'``, one rounding of the small terms a
+    step. So "exact" means: equal to the real return of the given float32 rewards and ``γ``
+    wherever that return fits in about 48 bits (``γ = 1``: sums of the rewards; ``γ`` a power of
+    two; one or two steps for any ``γ``), and within ``K · 2**-47`` (relative) of it otherwise —
+    far below what a float32 return keeps. A tie of the inputs stays a tie though its float32
+    return rounds (rewards all 0.35f, γ = 1: returns x, 2x, 3x put 2x exactly at the mean, the
+    float32 ``fl(x + fl(x + x))`` does not), and a deviation that float32 returns round away
+    votes with its value (three steps of 0.1f against one of 0.3f differ by ``7.5e-9``): as
+    verl-agent's rule computes in float64 on the same float32 inputs. In float64 (x64) the
+    returns are the float64 recurrence's, as verl-agent's. Each level is normalised from each
+    return's double-float distance to its group's largest member (the same level: normalisation
+    ignores a per-group shift) with ``scale`` ``"group"`` or ``"none"``; ``"batch"`` (a batch std
+    is not shift-free) normalises the float32 returns. Float32 inputs 0.7, 0.85, 1.0 are *not* an
+    exact progression (the mean of the three float32 values misses 0.85f by ``2e-8``): the middle
+    one votes; in float64 inputs 0.7, 0.85, 1.0 it is at the mean. A group holding a return below
+    ``2**-32`` of its largest magnitude (float32; ``2**-61`` in float64), other than ``0``, is
+    outside the exact grid: there the computed value decides (``!= 0``). The same rule applies to
+    the episode level's groups of two or more (on the outcome rewards as given). The pairs cost
+    time: see ``CHANGELOG.md`` (#44) for the measured figure. ``episode_group=True`` adds the episode
     advantage (the trajectory's outcome normalised within its prompt, unbiased std) as level 0
     with weight 1 (verl-agent's ``base_group``). ``scale="none"`` only centres (``mean_norm``), at
     every level. No informative level: ``0``. The weighted mean is computed with the weights
