@@ -166,9 +166,9 @@ def counts_masked_rows(scores, turn_mask, group_ids):
 # ---- each checker: planted bug caught, correct function passes -----------------------------
 
 
-def _caught(check, fn, invariant, *, shrink=False, **kw):
+def _caught(check, fn, invariant, *, shrink=False, max_examples=FEW, **kw):
     with pytest.raises(AssertionError) as info:
-        check(fn, max_examples=FEW, shapes=SMALL, shrink=shrink, **kw)
+        check(fn, max_examples=max_examples, shapes=SMALL, shrink=shrink, **kw)
     message = str(info.value)
     assert message.startswith(f"{invariant} violated:"), message
     header = ("minimal counterexample (hypothesis-shrunk):" if shrink
@@ -251,7 +251,9 @@ def test_group_isolation_catches_batch_normalisation():
 
 
 def test_group_isolation_catches_ids_used_as_indices():
-    _caught(ct.check_group_isolation, ids_as_indices, "group isolation")
+    # 2·FEW: with the batches of unequal groups (issue 44) and JAX's standard dtype promotion (set
+    # by an earlier import of Tunix in the same process) the first 15 examples missed it
+    _caught(ct.check_group_isolation, ids_as_indices, "group isolation", max_examples=2 * FEW)
 
 
 def test_group_isolation_passes():
