@@ -102,8 +102,9 @@ def redistribute_advantages(
     is ``0``. Padded turns are ``0`` and their weights never matter (NaN included). The weights
     are scaled exactly by the power of two above the row's largest valid weight first (the same
     value), so any finite weights, subnormal to the float's largest, give this result (a share
-    below the float's normal range, ``2**-126`` in float32, is ``0``). Negative or non-finite weights on valid turns are refused when concrete
-    (``ValueError``); traced ones make that row NaN (they would break the sign and the invariant).
+    below the float's normal range, ``2**-126`` in float32, is ``0``). Negative or non-finite
+    weights on valid turns are refused when concrete (``ValueError``); traced ones make that row
+    NaN (they would break the sign and the invariant).
 
     Args:
       advantages: ``float[B]`` the trajectory advantage ``A_i`` (e.g. GRPO's).

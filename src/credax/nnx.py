@@ -47,8 +47,9 @@ class PolicyBatch(NamedTuple):
         ignored (the first token has no prediction).
       old_logp: ``float[B, T]`` behaviour-policy log-prob of ``tokens[b, t]`` given
         ``tokens[b, :t]``; ``old_logp[:, 0]`` must be ``0`` (nothing predicts the first token;
-        NaN or inf padding is allowed): a finite nonzero value there is the sign of log-probs aligned with the predictions instead,
-        a ``ValueError`` (concrete) or a NaN loss (traced) in :func:`policy_loss_fn`. Required:
+        NaN or inf padding is allowed): a finite nonzero value there is the sign of log-probs
+        aligned with the predictions instead, a ``ValueError`` (concrete) or a NaN loss (traced)
+        in :func:`policy_loss_fn`. Required:
         ``None`` is a ``TypeError`` naming the on-policy fix.
       advantages: ``float[B, T]`` per token, ``float[B]`` per row, or ``float[B, K]`` per turn
         with ``token_turn``.

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from .cases import CASES, PRESETS
 
-
 # How to get a JAX that runs on each --platform (the message of a platform JAX cannot start).
 PLATFORM_INSTALL = {
     "cpu": "pip install -U jax",
