@@ -21,6 +21,8 @@ from credax.bench import peers
 from credax.bench.cases import make_config, make_token_turn, make_turns
 from credax.bench.harness import Impl, Runner
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
@@ -444,3 +446,50 @@ def test_main_in_process_leaves_the_callers_heap_unfrozen(tmp_path, capsys):
     assert credax.bench.main(["--quick", "--only", "grpo", "--no-torch", "--out", str(tmp_path)]) == 0
     assert gc.get_freeze_count() == 0
     assert (tmp_path / "speed-cpu.json").exists()
+
+
+def test_platform_without_its_device_names_it_and_how_to_install_jax(tmp_path):
+    # Issue 44 item 11: --platform cuda on a machine without a GPU ended in JAX's bare
+    # AssertionError (a traceback, exit 1). Now: exit 2, the platform named, the install line.
+    import jax
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("this machine has a GPU")
+    proc = _bench("--quick", "--platform", "cuda", "--only", "grpo", "--no-torch", "--out",
+                  str(tmp_path))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "--platform cuda" in proc.stderr and "jax[cuda12]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_report_headings_state_the_run_sizes_and_ratios_read_one_way():
+    # Issue 44 item 11: the headings said "groups of 8" and "K = 16" whatever the run's sizes
+    # were, and ratio columns mixed credax/torch with torch/credax. A committed run's JSON with
+    # its sizes changed: the headings follow, and every ratio has credax (or a floor) second.
+    from credax.bench import report
+    data = json.loads((ROOT / "benchmarks" / "results" / "speed-cpu.json").read_text())
+    for rec in data["cases"]:
+        if "group_size" in rec["params"]:
+            rec["params"]["group_size"] = 4
+        if rec["case"] == "triage_broadcast":
+            rec["params"]["K"] = 8
+    md = report.render_markdown(data)
+    headings = [line for line in md.splitlines() if line.startswith("**")]
+    assert not [h for h in headings if "groups of 8" in h], headings
+    assert "**GRPO advantages, shuffled sparse int32 ids (groups of 4)**" in md
+    assert "**TRIAGE turn advantages + broadcast to tokens (K = 8)**" in md
+    assert report.RATIO_HEADING in md
+    grpo = next(r for r in data["cases"] if r["case"] == "grpo")
+    stored = grpo["ratios"]["credax_groups/torch_vectorized"]["median"]
+    assert "torch_vectorized/credax_groups" in md and "credax_groups/torch_vectorized" not in md
+    assert f"{1 / stored:.3g}×" in md
+    lines = md.splitlines()
+    tables = [lines[i + 2] for i, line in enumerate(lines) if line == report.RATIO_HEADING]
+    assert len(tables) >= 3
+    for line in tables:
+        if line.startswith("| size |"):
+            for column in line.strip("| ").split(" | ")[1:]:
+                first, second = column.split("/")
+                # credax never first against a peer; a floor never first
+                credax_or_floor = second.startswith("credax") or second.endswith("_floor")
+                assert not first.endswith("_floor"), column
+                assert credax_or_floor or not first.startswith("credax"), column

@@ -715,6 +715,25 @@ def test_groups_errors(ids, num_groups, error, match):
         credax.groups(np.asarray(ids), num_groups=num_groups)
 
 
+def test_a_hand_built_groups_with_an_index_outside_its_range_is_refused():
+    # Issue 44 item 3: Groups(np.array([0, 1, 5]), 2) was accepted and row 2 (index 5) silently
+    # dropped out of every statistic; refused as groups(ids, num_groups=) refuses the same ids.
+    x = jnp.array([1.0, 3.0, 100.0])
+    for index in (np.array([0, 1, 5]), [0, -1, 1], np.array([0, 2, 1], np.int64)):
+        with pytest.raises(ValueError, match=r"index.*\[0, num_groups=2\)"):
+            credax.group_normalize(x, credax.Groups(index, 2))
+        with pytest.raises(ValueError, match=r"\[0, num_groups=2\)"):
+            credax.grpo_advantages(x, credax.Groups(index, 2))
+        g = credax.groups(np.array([0, 1, 1]), num_groups=2)
+        with pytest.raises(ValueError, match=r"\[0, num_groups=2\)"):  # one rebuilt from leaves
+            jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(g), [np.asarray(index)])
+        with pytest.raises(ValueError, match="num_groups"):
+            credax.groups(np.asarray(index), num_groups=2)
+    # in range: accepted, the same as the dense ids
+    good = credax.Groups(np.array([0, 1, 1]), 2)
+    np.testing.assert_allclose(credax.group_mean(x, good), credax.group_mean(x, np.array([0, 1, 1])))
+
+
 def test_bad_group_ids_through_public_functions():
     x = jnp.ones(3)
     with pytest.raises(TypeError, match="group_ids"):

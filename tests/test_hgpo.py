@@ -286,10 +286,122 @@ def test_random_cases_match_the_exact_reference_without_abstaining(x64):
                           alpha=float(rng.choice([0.0, 1.0, 2.0])), episode_group=case % 3 == 0,
                           episode_pooling=["trajectory", "step"][case % 2])
                 got = credax.hgpo_advantages(outcome, steps, anchors, mask, ids, **kw)
+                # float32: the returns are double-float pairs, exact here (issue 44)
                 adv, _, inform = ref.hgpo(outcome, steps, anchors, mask, ids, **kw,
-                                          returns_dtype=np.float64 if x64 else np.float32)
+                                          returns_dtype=np.float64 if x64 else "exact")
                 np.testing.assert_array_equal(got.informative, inform, err_msg=f"{seed} {case}")
                 np.testing.assert_allclose(got.advantages, adv, atol=1e-10 if x64 else 2e-5)
+
+
+def float64_verl_agent(outcome, steps, anchors, mask, ids, kw):
+    """verl-agent's rule read in float64 (tests/reference/peer_forms.py) on the same float32
+    inputs: the returns in float64 from the float32 rewards and γ, the float64 mean, ``!= 0``."""
+    g = ref.discounted_returns(steps, mask, kw["gamma"])
+    norm = kw["normalization"]
+    rows = [(b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if mask[b, t]]
+    want = peer.verl_agent_hgpo(
+        [outcome[b] for b, _ in rows], [g[b, t] for b, t in rows], [anchors[b, t] for b, t in rows],
+        [ids[b] for b, _ in rows], [b for b, _ in rows], history_length=kw["history"],
+        epsilon=norm.eps, mode="mean_norm" if norm.scale == "none" else "mean_std_norm",
+        length_weight_alpha=kw["alpha"], base_group=kw["episode_group"])
+    out = np.zeros(mask.shape)
+    for (b, t), v in zip(rows, want, strict=True):
+        out[b, t] = v
+    return out
+
+
+VERL_BASE = dict(episode_pooling="step", episode_singleton="raw")  # verl-agent's base_group
+
+
+def test_the_inputs_tie_abstains_where_the_float32_returns_break_it():
+    # The classic case (issue 44): step rewards all float32(0.35), history 1, gamma 1,
+    # mean-centred, alpha 1, episode group on. Three trajectories of 2, 1 and 3 steps start in
+    # state 0 (later states their own): their first returns are 2x, x and 3x (x = 0.35f), so the
+    # first trajectory's 2x is *exactly* their mean in the inputs' arithmetic; the float32 return
+    # 3x = fl(x + fl(x + x)) rounds, and credax's level-1 value was a residue 3e-8 that voted with
+    # weight 2. At the mean it abstains: only the episode level votes, A_e = 1 - (2·1 + 0 + 0)/6
+    # (outcomes 1, 0, 0 copied once per step) = 2/3, divided by 1 + eps -> 0.666666.
+    # (Before: (1·2/3 + 2·3e-8)/3 = 0.2222222; verl-agent's rule in float64 gives 0.666666.)
+    mask = np.arange(3)[None] < np.array([2, 1, 3])[:, None]
+    steps = np.where(mask, np.float32(0.35), np.float32(0)).astype(np.float32)
+    anchors = np.array([[0, 1, 9], [0, 9, 9], [0, 2, 3]], np.int32)
+    args = (np.array([1.0, 0.0, 0.0], np.float32), steps, anchors, mask, np.zeros(3, np.int32))
+    kw = dict(history=1, gamma=1.0, alpha=1.0, episode_group=True, **VERL_BASE,
+              normalization=credax.Normalization(ddof=0, scale="none"))
+    from fractions import Fraction
+    x = np.float32(0.35)
+    assert Fraction(float(x + (x + x))) != 3 * Fraction(float(x))  # the float32 return rounds
+    out = credax.hgpo_advantages(*args, **kw)
+    assert not bool(out.informative[0, 0, 1]) and float(out.levels[0, 0, 1]) == 0.0
+    np.testing.assert_allclose(out.advantages[0, 0], (2 / 3) / (1 + 1e-6), rtol=1e-6)
+    np.testing.assert_allclose(out.advantages, float64_verl_agent(*args, kw), atol=1e-6)
+
+
+def test_a_deviation_the_float32_returns_round_away_votes_with_its_float64_value():
+    # Three steps of float32 0.1 return 3·0.1f = 0.30000000447 (real), one step of float32 0.3
+    # returns 0.30000001192: a genuine deviation of 7.45e-9, which the float32 returns round
+    # away (both are 0.3f), so credax saw a zero-spread group (abstains). Two trajectories share
+    # state 0 at their first step (later states their own), history 0, population std: the
+    # deviations are ±3.725e-9, sigma 3.725e-9, values ±3.725e-9 / (3.725e-9 + 1e-6) = ±0.003711,
+    # as verl-agent's rule in float64 computes them (from the double-float returns).
+    mask = np.array([[True, True, True], [True, False, False]])
+    steps = np.array([[0.1, 0.1, 0.1], [0.3, 0, 0]], np.float32)
+    anchors = np.array([[0, 1, 2], [0, 9, 9]], np.int32)
+    args = (np.zeros(2, np.float32), steps, anchors, mask, np.zeros(2, np.int32))
+    kw = dict(history=0, gamma=1.0, alpha=1.0, episode_group=False, **VERL_BASE,
+              normalization=credax.Normalization(ddof=0))
+    dev = (float(np.float32(0.3)) - 3 * float(np.float32(0.1))) / 2
+    want = dev / (dev + 1e-6)
+    out = credax.hgpo_advantages(*args, **kw)
+    assert bool(out.informative[1, 0, 1]) and bool(out.informative[0, 0, 1])
+    np.testing.assert_allclose(out.levels[:, 0, 1], [-want, want], rtol=1e-4)
+    np.testing.assert_allclose(out.advantages, float64_verl_agent(*args, kw), rtol=1e-4, atol=1e-7)
+
+
+VALUES = np.array([0.1, 0.35, 0.7, 1 / 3, 0.2, 0.3, 0.6], np.float32)
+
+
+def near_tie_batch(rng, case):
+    """Near-ties from non-dyadic rewards: even cases draw rewards from {v, 0, 2v, w} on
+    trajectories of random lengths through one or two states (gamma 1 or < 1); odd cases plant
+    ties exact for every gamma, (0, 2v), (2v, 0) and (v, v), among other patterns, gamma < 1."""
+    v, w = rng.choice(VALUES, size=2)
+    batch, turns = 8, 5
+    steps, mask = np.zeros((batch, turns), np.float32), np.zeros((batch, turns), bool)
+    if case % 2 == 0:
+        lengths = rng.integers(1, turns + 1, size=batch)
+        mask = np.arange(turns)[None] < lengths[:, None]
+        steps = np.where(mask, rng.choice(np.array([v, v, 0, 2 * v, w], np.float32),
+                                          size=mask.shape), 0).astype(np.float32)
+        gamma = rng.choice([1.0, 1.0, 0.9, 0.95, 0.99])
+        ids = (rng.random(batch) < 0.3).astype(np.int32)
+    else:
+        patterns = [[0, 2 * v], [2 * v, 0], [v, v], [v, 0, v], [0, v, v], [2 * v, 0, 0], [w, v], [w]]
+        for b in range(batch):
+            p = patterns[b] if b < 3 else patterns[int(rng.integers(len(patterns)))]
+            steps[b, : len(p)], mask[b, : len(p)] = p, True
+        gamma = rng.choice([0.9, 0.95, 0.99, 0.8, 0.5])
+        ids = np.zeros(batch, np.int32)
+    anchors = (rng.random((batch, turns)) < 0.2).astype(np.int32)
+    outcome = rng.choice(VALUES, size=batch).astype(np.float32)
+    kw = dict(history=int(rng.integers(0, 3)), gamma=float(np.float32(gamma)),
+              alpha=float(rng.choice([0.0, 1.0, 2.0])), episode_group=bool(rng.random() < 0.5),
+              **VERL_BASE, normalization=credax.Normalization(
+                  ddof=0, scale=str(rng.choice(["group", "none"]))))
+    return (outcome, steps, anchors, mask, ids), kw
+
+
+def test_near_ties_match_verl_agent_in_float64():
+    # Issue 44: credax in float32 equals verl-agent's rule in float64 on the same float32 inputs,
+    # on 240 near-tie configurations (before: 10 of them differed, by up to 0.34, each where the
+    # float32 rounding of the returns broke a tie of the inputs or made one). Max |difference| over all steps.
+    rng = np.random.default_rng(44)
+    worst = []
+    for case in range(240):
+        args, kw = near_tie_batch(rng, case)
+        got = np.asarray(credax.hgpo_advantages(*args, **kw).advantages)
+        worst.append(float(np.max(np.abs(got - float64_verl_agent(*args, kw)))))
+    assert max(worst) < 2e-5, [(i, w) for i, w in enumerate(worst) if w >= 2e-5]
 
 
 def test_exact_at_mean_against_rational_arithmetic():

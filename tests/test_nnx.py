@@ -345,3 +345,40 @@ def _():
 @pytest.mark.parametrize("name", sorted(probe))
 def test_bad_input(name):
     probe[name]()
+
+
+def test_log_probs_aligned_with_the_predictions_are_refused():
+    # Issue 44 item 8: old_logp computed for the predictions (the output at t scoring token t + 1,
+    # padded at the end) gave an on-policy ratio away from 1, silently. Position 0 is never
+    # predicted, so a log-prob there is the sign: refused eagerly, a NaN loss under jit.
+    model = TinyLM(17, 8, rngs=nnx.Rngs(0))
+    batch = _batch(model, noise=0.0)
+    right = cnnx.sequence_logprobs(model, batch.tokens, batch.mask)
+    lp = jax.nn.log_softmax(model(batch.tokens), axis=-1)
+    taken = jnp.take_along_axis(lp[:, :-1], batch.tokens[:, 1:, None], axis=-1)[..., 0]
+    shifted = jnp.pad(taken, ((0, 0), (0, 1)))  # the prediction-aligned mistake
+    wrong = batch._replace(old_logp=shifted)
+    with pytest.raises(ValueError, match=r"`PolicyBatch.old_logp\[:, 0\]` must be 0"):
+        cnnx.policy_loss_fn(model, wrong)
+    with pytest.raises(ValueError, match=r"ref_logp\[:, 0\]"):
+        cnnx.policy_loss_fn(model, batch._replace(ref_logp=shifted))
+    for fused in (False, True):
+        loss, _ = jax.jit(lambda b, f=fused: cnnx.policy_loss_fn(
+            model, b, apply=hidden_pair, fused=f))(wrong)
+        assert np.isnan(float(loss))
+    # the fix the message names: one position right is the documented alignment
+    fixed = batch._replace(old_logp=jnp.pad(taken, ((0, 0), (1, 0))))
+    np.testing.assert_allclose(jnp.where(batch.mask, fixed.old_logp, 0), right, atol=1e-5)
+    _, metrics = cnnx.policy_loss_fn(model, fixed)
+    np.testing.assert_allclose(metrics.mean_ratio, 1.0, rtol=1e-5)
+
+
+def test_old_logp_none_names_the_field_and_the_on_policy_fix():
+    # Issue 44 item 9: PolicyBatch(old_logp=None) ended in "None is not a valid value for
+    # jnp.array" from inside the loss.
+    model = TinyLM(17, 8, rngs=nnx.Rngs(0))
+    batch = _batch(model)._replace(old_logp=None)
+    with pytest.raises(TypeError, match=r"`PolicyBatch.old_logp` is None.*sequence_logprobs"):
+        cnnx.policy_loss_fn(model, batch)
+    with pytest.raises(TypeError, match=r"`PolicyBatch.old_logp` is None"):
+        jax.jit(lambda b: cnnx.policy_loss_fn(model, b))(batch)

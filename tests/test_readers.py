@@ -680,3 +680,20 @@ def _():
 @pytest.mark.parametrize("name", sorted(probe))
 def test_bad_input(name):
     probe[name]()
+
+
+def test_a_verl_dump_read_as_credax_names_the_format_and_nested_folders_are_pointed_to(tmp_path):
+    # Issue 44 item 9 (round 3's verl directory message): verl's `rollout_data_dir` dump read with
+    # the default format answered "field `input`: unknown key"; a folder whose dumps sit one
+    # level down answered only "no rollout files". Both now say what to do.
+    line = {"input": "q", "output": "a", "gts": None, "score": 1.0, "step": 3}
+    (tmp_path / "3.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(credax.RolloutFormatError, match=r"verl's rollout dump.*format='verl'"):
+        credax.read_rollouts(tmp_path)
+    assert len(credax.read_rollouts(tmp_path, format="verl")) == 1
+    outer = tmp_path / "outer"
+    (outer / "run1").mkdir(parents=True)
+    (outer / "run1" / "3.jsonl").write_text(json.dumps(line) + "\n")
+    for fmt in ("verl", "credax"):
+        with pytest.raises(FileNotFoundError, match=r"subdirectories \['run1'\] hold some"):
+            credax.read_rollouts(outer, format=fmt)

@@ -119,3 +119,39 @@ def test_gradients_are_finite_and_flow_to_both_inputs():
     np.testing.assert_allclose(gw, 0.0, atol=1e-6)
     gw2 = jax.grad(lambda w: credax.redistribute_advantages(adv, w, mask)[0, 0])(w)
     assert float(gw2[0, 0]) > 0 and float(gw2[0, 2]) < 0  # more weight, more share
+
+
+@pytest.mark.parametrize("mode", ["mean_preserving", "telescoping"])
+def test_any_finite_weights_give_the_documented_result(mode):
+    # Issue 44 item 2: weights >= 2**126 made 1/max(w) subnormal, flushed to 0 on CPU, and the row
+    # came out all 0. Only ratios matter, so a row scaled by a power of two gives the same result
+    # (exactly: the scaling is exact). Expected by hand for w = (1, 3, 0) on three valid turns,
+    # S = 4: mean-preserving 3·w/S = (0.75, 2.25, 0), telescoping w/S = (0.25, 0.75, 0).
+    want = [0.75, 2.25, 0.0] if mode == "mean_preserving" else [0.25, 0.75, 0.0]
+    mask = np.ones((1, 3), bool)
+    for scale in (2.0 ** 126, 2.0 ** 127 / 3, 2.0 ** -100, 1.0):
+        w = np.array([[1.0, 3.0, 0.0]], np.float32) * np.float32(scale)
+        got = credax.redistribute_advantages(np.ones(1, np.float32), w, mask, mode=mode)
+        np.testing.assert_allclose(got, [want], rtol=1e-6, err_msg=str(scale))
+    # the largest float32 weights: equal weights spread uniformly; 3e38 against 1.7e38
+    top = np.finfo(np.float32).max
+    got = credax.redistribute_advantages(np.ones(1, np.float32), np.full((1, 3), top), mask,
+                                         mode=mode)
+    np.testing.assert_allclose(got, [[1.0] * 3] if mode == "mean_preserving" else [[1 / 3] * 3],
+                               rtol=1e-6)
+    w = np.array([[2.0 ** 127, 3e38, 1.0]], np.float32)
+    share = np.array([2.0 ** 127, float(np.float32(3e38)), 1.0]) / (2.0 ** 127 + float(np.float32(3e38)))
+    got = credax.redistribute_advantages(np.ones(1, np.float32), w, mask, mode=mode)
+    # (the weight 1.0's share, 6e-39, is below float32's normal range: flushed to 0)
+    np.testing.assert_allclose(got[0], share * (3 if mode == "mean_preserving" else 1), rtol=1e-6,
+                               atol=1e-37)
+    # subnormal weights (below 2**-126, read as 0 by XLA's arithmetic on CPU) keep their ratio
+    w = np.array([[1.0, 3.0, 0.0]], np.float32) * np.float32(2.0 ** -140)
+    got = credax.redistribute_advantages(np.ones(1, np.float32), w, mask, mode=mode)
+    np.testing.assert_allclose(got, [want], rtol=1e-6)
+    # gradients stay finite for huge weights (their true size, ~1e-38, is at float32's edge) and
+    # keep their sign at ordinary ones
+    for w0, sign in ((2.0 ** 127, 0), (1.0, 1)):
+        g = jax.grad(lambda w: credax.redistribute_advantages(
+            jnp.ones(1), w, jnp.ones((1, 3), bool), mode=mode)[0, 0])(jnp.array([[w0, w0 / 2, 0.0]]))
+        assert np.isfinite(np.asarray(g)).all() and float(g[0, 0]) * sign >= 0

@@ -507,3 +507,20 @@ def test_rollouts_from_tunix_objects():
     assert [t.score for t in r.turns] == [0.5, 0.75] and [t.reward for t in r.turns] == [0.5, 0.25]
     assert [list(t.logprobs) for t in r.turns] == [[-0.5, -1.0], [-0.25]]
     assert r.meta["status"] == "SUCCEEDED" and r.meta["pair_index"] == 1
+
+
+def test_a_credax_estimator_as_method_gives_its_advantages():
+    # Issue 44 item 9 (round 4's class 12): method=credax.tcpo_advantages returns a TCPO
+    # NamedTuple, and NumPy answered "inhomogeneous shape". Its .advantages are taken (the same as
+    # method="tcpo"); another tuple is refused by name.
+    steps = _steps([(1, 1, 0.0), (1, 0, 1.0)], [(2, 0, 0.5)], [(1, 1, 1.0), (1, 0, 0.5)],
+                   [(1, 1, 0.25), (1, 0, 0.25)])
+    t = ct.turns_from_steps(steps, length=6)
+    mask = t.token_turn >= 0
+    named, _ = ct.turn_advantages(t, completion_mask=mask, num_generations=2, method="tcpo")
+    given, _ = ct.turn_advantages(t, completion_mask=mask, num_generations=2,
+                                  method=credax.tcpo_advantages)
+    np.testing.assert_allclose(np.asarray(given), np.asarray(named), rtol=1e-6)
+    with pytest.raises(TypeError, match="must return one .* array of advantages; got a tuple"):
+        ct.turn_advantages(t, completion_mask=mask, num_generations=2,
+                           method=lambda s, m, g: (s, s))

@@ -343,3 +343,26 @@ def _():
 @pytest.mark.parametrize("name", sorted(probe))
 def test_bad_input(name):
     probe[name]()
+
+
+def test_validate_roles_takes_the_padded_rollouts_as_its_hint_says():
+    # Issue 44 item 9: the at-least-one-turn hint says "pass `row_mask=` or the PaddedRollouts",
+    # but validate_roles(roles, padded) answered with NumPy's "inhomogeneous shape" (round 4's
+    # class 19). The PaddedRollouts (or its RolloutBatch) stands for turn_mask and row_mask, after
+    # roles or alone (its own roles).
+    rs = [credax.Rollout("a", [credax.Turn([1, 2], 0.5, role=0), credax.Turn([3], 1.0, role=1)]),
+          credax.Rollout("a", [credax.Turn([4], 0.0, role=0)])]
+    padded = credax.pad_rollouts(rs, buckets=credax.Buckets(batch=(4,), turns=(2,), tokens=(8,)))
+    batch = padded.batch
+    with pytest.raises(ValueError, match="pass `row_mask=` or the PaddedRollouts"):
+        credax.validate_roles(batch.roles, batch.turn_mask)  # the padding rows have no turn
+    for args in ((batch.roles, padded), (batch.roles, batch), (padded,), (batch,)):
+        credax.validate_roles(*args)
+    bad = np.asarray(batch.roles).copy()
+    bad[0, 1] = 7
+    with pytest.raises(ValueError, match=r"roles\[0, 1\] = 7"):
+        credax.validate_roles(bad, padded)
+    with pytest.raises(TypeError, match="already holds `turn_mask`"):
+        credax.validate_roles(padded, batch.turn_mask)
+    with pytest.raises(TypeError, match="needs `turn_mask`"):
+        credax.validate_roles(batch.roles)

@@ -47,12 +47,15 @@ class Groups:
 
     A ``Groups`` is a pytree (``index`` is the only leaf, ``num_groups`` and ``group_size`` are
     static), so it passes through ``jit``, ``vmap`` and ``shard_map``, and every function that takes
-    ``group_ids`` accepts it in their place.
+    ``group_ids`` accepts it in their place. Built by hand from a host ``index`` (NumPy, a list),
+    an index outside ``[0, num_groups)`` is a ``ValueError`` (as ``groups(ids, num_groups=)``);
+    a JAX ``index`` is not read back from its device to check.
     """
 
     __slots__ = ("index", "num_groups", "group_size")
 
     def __init__(self, index, num_groups, group_size=None):
+        _check_host_index(index, num_groups)
         self.index = index
         self.num_groups = num_groups
         self.group_size = group_size
@@ -69,6 +72,24 @@ class Groups:
         layout = "" if self.group_size is None else f", group_size={self.group_size}"
         return f"Groups(index={self.index!r}, num_groups={self.num_groups}{layout})"
 
+
+
+def _check_host_index(index, num_groups) -> None:
+    """A host ``index`` (NumPy, a list) of integers must lie in ``[0, num_groups)``, the rule of
+    ``groups(ids, num_groups=)``: outside it a row drops out of every statistic (segment sums
+    ignore it) without a word. JAX indices (traced or on a device) are not read back, as there;
+    anything else (a pytree placeholder) is left to the checks that use it."""
+    if isinstance(index, jax.Array) or isinstance(num_groups, bool) or not isinstance(
+            num_groups, int | np.integer):
+        return
+    host = _api.concrete_numpy(index)
+    if host is None or host.ndim != 1 or not host.size or not np.issubdtype(host.dtype, np.integer):
+        return
+    if host.min() < 0 or host.max() >= num_groups:
+        raise ValueError(
+            f"`group_ids`: a Groups' `index` must lie in [0, num_groups={num_groups}); found "
+            f"values in [{host.min()}, {host.max()}]. Build it with `credax.groups(ids)` (any ids) "
+            "or `credax.groups(ids, num_groups=G)` (ids dense in [0, G)).")
 
 
 def _fmix32(h: jax.Array) -> jax.Array:
@@ -269,7 +290,9 @@ def host_ids(group_ids):
 
 
 def _check_groups(g: Groups) -> Groups:
-    """A hand-built ``Groups`` must hold what :func:`groups` would: int indices, a static count."""
+    """A hand-built ``Groups`` must hold what :func:`groups` would: int indices, a static count,
+    and (host indices: NumPy, lists) every index in ``[0, num_groups)``, as ``groups(ids,
+    num_groups=)`` checks; a JAX index stays on its device unchecked, as there."""
     n = g.num_groups
     if isinstance(n, bool) or not isinstance(n, int | np.integer):
         raise TypeError(f"`group_ids`: a Groups needs `num_groups` as a Python int (static, it sets "
@@ -283,6 +306,7 @@ def _check_groups(g: Groups) -> Groups:
                          f"{index.shape}.")
     if n < (1 if index.shape[0] else 0):
         raise ValueError(f"`group_ids`: a Groups needs `num_groups` >= 1; got {n}.")
+    _check_host_index(g.index, n)
     if index is g.index and isinstance(n, int):
         return g
     return Groups(index, int(n), g.group_size)

@@ -269,27 +269,32 @@ class AtMean(NamedTuple):
     count: jax.Array  # int[B, ...]: the set's valid finite members
 
 
-def _limb_plan(num_rows: int, dtype) -> tuple[jnp.dtype, int, int]:
+def _limb_plan(num_rows: int, dtype, parts: int = 1) -> tuple[jnp.dtype, int, int]:
     """The integer dtype, bits per limb and number of limbs of :func:`exact_at_mean`.
 
-    A limb holds ``bits`` bits of a value in set units (``|v| < 4``). The sum of up to
-    ``num_rows`` limbs and ``n`` times one limb, and their difference, must fit the integer:
-    ``2 · num_rows · 4 · 2**bits < 2**(width - 1)``. The limbs together cover twice the
-    mantissa plus 8 bits, so every value within ``2**-(mantissa + 8)`` of the set's scale is
-    represented exactly (float32: values down to ``2**-32`` of the set's largest magnitude)."""
+    A limb holds ``bits`` bits of a value in set units (``|v| < 4``); a value given as ``parts``
+    floats (a two-float ``hi + lo``) adds their limbs. The sum of up to ``num_rows`` limbs and
+    ``n`` times one limb, and their difference, must fit the integer:
+    ``2 · num_rows · 4 · parts · 2**bits < 2**(width - 1)``. The limbs together cover ``parts + 1``
+    mantissas plus 8 bits, so every value within ``2**-(mantissa + 8)`` of the set's scale is
+    represented exactly, with its low part (float32: values down to ``2**-32`` of the set's
+    largest magnitude, and a two-float value's low part down to ``2**-56`` of its high part)."""
     info = jnp.finfo(dtype)
     ints = jnp.dtype(jnp.int64 if jnp.dtype(dtype).itemsize == 8 else jnp.int32)
     width = 8 * ints.itemsize
-    bits = max(1, width - 5 - max(1, int(num_rows - 1).bit_length()))
-    cover = 2 * (int(info.nmant) + 1) + 8
+    bits = max(1, width - 5 - (parts - 1).bit_length() - max(1, int(num_rows - 1).bit_length()))
+    cover = (parts + 1) * (int(info.nmant) + 1) + 8
     return ints, bits, -(-cover // bits)
 
 
-def exact_at_mean(x: jax.Array, g: Groups, mask: jax.Array, inv_unit: jax.Array) -> AtMean:
+def exact_at_mean(x: jax.Array, g: Groups, mask: jax.Array, inv_unit: jax.Array,
+                  lo: jax.Array | None = None) -> AtMean:
     """Whether each valid member of ``x[B, ...]`` equals the mean of its (group, trailing index)
     set *exactly*: ``n · x_i == Σ_j x_j`` in real arithmetic on the values as given, decided with
     integers, so no float residue (the mean of 0.7f, 0.85f, 1.0f misses 0.85f by 2e-8, which is
     real; a rounded mean of values whose exact mean is a member can miss it, which is not).
+    ``lo`` (optional, same shape): each value is the two-float ``x + lo`` (``|lo|`` at most half an
+    ulp of ``x``), decided as that real sum (HGPO's double-float returns).
 
     Each value, in set units (``x · inv_unit``, exact: ``inv_unit`` is a power of two), is cut
     into integer limbs of ``bits`` bits (``y = v · 2**bits``, limb ``trunc(y)``, remainder
@@ -300,20 +305,25 @@ def exact_at_mean(x: jax.Array, g: Groups, mask: jax.Array, inv_unit: jax.Array)
     underflow) is not ``decided``: the caller falls back to its float value. Non-finite values and
     the sets holding one are never at the mean and never decided.
     """
-    ints, bits, limbs = _limb_plan(x.shape[0], x.dtype)
+    ints, bits, limbs = _limb_plan(x.shape[0], x.dtype, 1 if lo is None else 2)
     sg = jax.lax.stop_gradient
     x = sg(x)
     ok = mask & jnp.isfinite(x)
-    v = jnp.where(ok, x * inv_unit, jnp.zeros_like(x))
-    off = ok & (x != 0) & (v == 0)  # underflowed in set units
     scale = jnp.asarray(2.0 ** bits, x.dtype)
-    cols = []
-    for _ in range(limbs):
-        y = v * scale
-        whole = jnp.trunc(y)
-        cols.append(whole.astype(ints))
-        v = y - whole
-    off = off | (ok & (v != 0))
+    cols = None
+    off = jnp.zeros(x.shape, bool)
+    for part in (x,) if lo is None else (x, sg(lo)):
+        part = jnp.where(ok, part, jnp.zeros_like(part))
+        v = part * inv_unit
+        off = off | (ok & (part != 0) & (v == 0))  # underflowed in set units
+        limb_cols = []
+        for _ in range(limbs):
+            y = v * scale
+            whole = jnp.trunc(y)
+            limb_cols.append(whole.astype(ints))
+            v = y - whole
+        off = off | (ok & (v != 0))
+        cols = limb_cols if cols is None else [a + b for a, b in zip(cols, limb_cols, strict=True)]
     cols += [ok.astype(ints), off.astype(ints), (mask & ~jnp.isfinite(x)).astype(ints)]
     own = jnp.stack(cols, axis=-1)
     sums = jax.ops.segment_sum(own, g.index, g.num_groups)[g.index]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
@@ -42,8 +43,8 @@ class HGPO(NamedTuple):
         ``k`` observations.
       informative: ``bool[B, K, H + 2]`` the levels that voted: valid and the step's value not
         exactly at its group's mean (a singleton group, a zero-spread group or a member exactly
-        at its group mean gives ``0`` and abstains; "exactly" in real arithmetic on the returns,
-        decided with integers, see :func:`hgpo_advantages`).
+        at its group mean gives ``0`` and abstains; "exactly" in real arithmetic on the returns
+        as the inputs define them, decided with integers, see :func:`hgpo_advantages`).
     """
 
     advantages: Array
@@ -70,18 +71,19 @@ def history_keys(anchors: jnp.ndarray, turn_mask: jnp.ndarray, k: int):
 HGPO_NORMALIZATION = Normalization(ddof=0)
 
 
-def _exact_votes(a, x, g: Groups, mask, *, pooled: bool):
+def _exact_votes(a, x, g: Groups, mask, *, pooled: bool, lo=None):
     """A level's values and votes with "at the mean" decided exactly (no tolerance).
 
-    A member exactly at its set's mean (:func:`credax._group_stats.exact_at_mean`) gets exactly
-    ``0`` and abstains, whatever float residue the normalisation left; every other valid member
-    votes, even where its float value rounded to ``0``. Where the set's values are off the exact
-    grid (or non-finite) the float value decides (``!= 0``). ``pooled``: the episode level, whose
-    singletons follow ``episode_singleton`` (a raw reward votes when nonzero), so only sets of
-    two or more are decided exactly there.
+    A member exactly at its set's mean (:func:`credax._group_stats.exact_at_mean`, on the
+    two-float ``x + lo`` when ``lo`` is given) gets exactly ``0`` and abstains, whatever float
+    residue the normalisation left; every other valid member votes, even where its float value
+    rounded to ``0``. Where the set's values are off the exact grid (or non-finite) the float value
+    decides (``!= 0``). ``pooled``: the episode level, whose singletons follow
+    ``episode_singleton`` (a raw reward votes when nonzero), so only sets of two or more are
+    decided exactly there.
     """
     st = group_stats(x, g, mask, sum_sq=False)
-    exact = exact_at_mean(x, g, mask, st.inv_unit)
+    exact = exact_at_mean(x, g, mask, st.inv_unit, lo)
     decided = exact.decided & mask
     if pooled:
         decided = decided & (exact.count > 1)
@@ -89,6 +91,79 @@ def _exact_votes(a, x, g: Groups, mask, *, pooled: bool):
     a = jnp.where(at_mean, jnp.zeros((), a.dtype), a)
     voted = mask & jnp.where(decided, ~at_mean, a != 0)
     return a, voted
+
+
+def _two_sum(a, b):
+    """``(s, e)`` with ``s = fl(a + b)`` and ``s + e == a + b`` exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _split(a):
+    """``a = hi + lo`` with ``hi`` the top half of the significand (its low bits masked off): each
+    of ``hi`` and ``lo`` has at most 12 significant bits in float32, so the product of two halves
+    is exact (Dekker's split, made with bits so no contracted multiply-add can disturb it)."""
+    ints = jnp.dtype(f"int{8 * a.dtype.itemsize}")
+    drop = (int(jnp.finfo(a.dtype).nmant) + 1) // 2
+    bits = jax.lax.bitcast_convert_type(a, ints)
+    hi = jax.lax.bitcast_convert_type(bits & ints.type(~((1 << drop) - 1)), a.dtype)
+    return hi, a - hi
+
+
+def two_float_returns(r: jax.Array, turn_mask: jax.Array, gamma: jax.Array):
+    """The discounted returns as float32 pairs ``hi + lo`` (double-float, ~48 bits).
+
+    The recurrence of :func:`credax._turns.masked_discounted_returns`, ``G = r + γ G'``, on pairs:
+    ``γ · hi'`` is split exactly into a float and its error (Dekker's product), ``r + fl(γ hi')`` is
+    added exactly (TwoSum), and only the sum of the small terms (the two errors and ``γ · lo'``)
+    is rounded, about ``2**-48`` of ``G``. So where the real return of the given float32 rewards
+    and ``γ`` needs at most about 48 significant bits (``γ = 1``: sums of the rewards; a power of
+    two) the pair *is* that return; otherwise it is within ``K · 2**-47`` of it (relative). Not
+    differentiable (the caller stops its gradient); ``lo`` is ``0`` where ``hi`` is not finite.
+    """
+    sg = jax.lax.stop_gradient
+    r, gamma = sg(jnp.where(turn_mask, r, jnp.zeros_like(r))), sg(gamma)
+    gh, gl = _split(gamma)
+
+    def step(carry, r_k):
+        hi, lo = carry
+        p = gamma * hi
+        hh, hl = _split(hi)
+        err = ((gh * hh - p) + gh * hl + gl * hh) + gl * hl  # p + err == γ · hi exactly
+        s, t = _two_sum(r_k, p)
+        hi, lo = _two_sum(s, t + (err + gamma * lo))
+        return (hi, lo), (hi, lo)
+
+    zero = jnp.zeros_like(r[:, 0])
+    _, (hi, lo) = jax.lax.scan(step, (zero, zero), r.T, reverse=True)
+    hi, lo = hi.T, lo.T
+    lo = jnp.where(jnp.isfinite(hi) & jnp.isfinite(lo), lo, jnp.zeros_like(lo))
+    return jnp.where(turn_mask, hi, jnp.zeros_like(hi)), jnp.where(turn_mask, lo, jnp.zeros_like(lo))
+
+
+def _centred_on_a_member(g, hi, lo, groups: Groups, valid):
+    """``g`` with each group's values replaced by their two-float distance to one member.
+
+    Normalisation is blind to a per-group shift, so a level normalised from these values is the
+    level of the returns; but the distance ``(hi_i + lo_i) - (hi_m + lo_m)`` to the group's
+    largest member ``m``, rounded once, keeps a deviation that the float32 returns round away
+    (three steps of float32 0.1 and one of 0.3 differ by 7e-9, their float32 returns not at all).
+    The value carries ``g``'s gradient. A group whose spread overflows (returns beyond ``1e38``)
+    keeps ``g``.
+    """
+    sg = jax.lax.stop_gradient
+    ok = valid & jnp.isfinite(hi)
+    neg_inf = jnp.full((), -jnp.inf, hi.dtype)
+    both = jnp.where(ok[:, None], jnp.stack([hi, -hi], axis=1), neg_inf)
+    top = jax.ops.segment_max(both, groups.index, groups.num_groups)[groups.index]
+    big, low = top[:, 0], -top[:, 1]
+    big_lo = jax.ops.segment_max(jnp.where(ok & (hi == big), lo, neg_inf), groups.index,
+                                 groups.num_groups)[groups.index]
+    s, e = _two_sum(hi, -big)
+    y = s + (e + (lo - big_lo))
+    fits = ok & jnp.isfinite(big - low)
+    return jnp.where(fits, y + (g - sg(g)), g)
 
 
 @jit_grouped(
@@ -123,15 +198,29 @@ def hgpo_advantages(
     A level is informative for a step when the step has ``k`` valid observations and
     ``A^k != 0`` in exact arithmetic: singleton groups, zero-spread groups and a member exactly at
     its group's mean give exactly ``0`` (whatever ``eps``) and abstain; every other member votes,
-    however small its value. "Exactly at the mean" is ``n · G_{i,t} == Σ_{P_k} G`` for the returns
-    as computed in the compute dtype, decided with integer limbs (no tolerance, no float residue:
-    a rounded mean never makes a member at the mean vote, nor a genuine deviation of ``1e-8``
-    abstain). Float32 inputs 0.7, 0.85, 1.0 are *not* an exact progression (the mean of the
-    three float32 values misses 0.85f by ``2e-8``): the middle one votes, as in float64 on the same
-    float32 values; in float64 inputs 0.7, 0.85, 1.0 it is at the mean. A group holding a return
-    below ``2**-32`` of its largest magnitude (float32; ``2**-61`` in float64), other than ``0``,
-    is outside the exact grid: there the computed value decides (``!= 0``). The same rule
-    applies to the episode level's groups of two or more. ``episode_group=True`` adds the episode
+    however small its value. "Exactly at the mean" is ``n · G_{i,t} == Σ_{P_k} G`` in real
+    arithmetic on the returns *as the inputs define them*, decided with integer limbs (no
+    tolerance, no float residue). In float32 the returns for this decision, and for the level
+    values, are double-float pairs ``hi + lo`` (about 48 significant bits): Dekker's exact product
+    and Knuth's exact sum in the recurrence ``G = r + γ G'``, one rounding of the small terms a
+    step. So "exact" means: equal to the real return of the given float32 rewards and ``γ``
+    wherever that return fits in about 48 bits (``γ = 1``: sums of the rewards; ``γ`` a power of
+    two; one or two steps for any ``γ``), and within ``K · 2**-47`` (relative) of it otherwise —
+    far below what a float32 return keeps. A tie of the inputs stays a tie though its float32
+    return rounds (rewards all 0.35f, γ = 1: returns x, 2x, 3x put 2x exactly at the mean, the
+    float32 ``fl(x + fl(x + x))`` does not), and a deviation that float32 returns round away
+    votes with its value (three steps of 0.1f against one of 0.3f differ by ``7.5e-9``): as
+    verl-agent's rule computes in float64 on the same float32 inputs. In float64 (x64) the
+    returns are the float64 recurrence's, as verl-agent's. Each level is normalised from each
+    return's double-float distance to its group's largest member (the same level: normalisation
+    ignores a per-group shift) with ``scale`` ``"group"`` or ``"none"``; ``"batch"`` (a batch std
+    is not shift-free) normalises the float32 returns. Float32 inputs 0.7, 0.85, 1.0 are *not* an
+    exact progression (the mean of the three float32 values misses 0.85f by ``2e-8``): the middle
+    one votes; in float64 inputs 0.7, 0.85, 1.0 it is at the mean. A group holding a return below
+    ``2**-32`` of its largest magnitude (float32; ``2**-61`` in float64), other than ``0``, is
+    outside the exact grid: there the computed value decides (``!= 0``). The same rule applies to
+    the episode level's groups of two or more (on the outcome rewards as given). The pairs cost
+    time: see ``CHANGELOG.md`` (#44) for the measured figure. ``episode_group=True`` adds the episode
     advantage (the trajectory's outcome normalised within its prompt, unbiased std) as level 0
     with weight 1 (verl-agent's ``base_group``). ``scale="none"`` only centres (``mean_norm``), at
     every level. No informative level: ``0``. The weighted mean is computed with the weights
@@ -223,8 +312,16 @@ def hgpo_advantages(
         return HGPO(jnp.zeros(s.shape, out_dtype), jnp.zeros((batch, 0, history + 2), out_dtype),
                     jnp.zeros((batch, 0, history + 2), bool))
 
-    g = masked_discounted_returns(s.astype(dt), turn_mask, _checks.scalar(gamma, dt, "gamma"))
+    gamma = _checks.scalar(gamma, dt, "gamma")
+    g = masked_discounted_returns(s.astype(dt), turn_mask, gamma)
     g_flat = g.reshape(n)
+    # float32: the returns as double-float pairs decide "at the mean" and carry the deviations
+    # (see the docstring); float64 returns are the float64 recurrence's, as verl-agent's.
+    pairs = dt == jnp.float32
+    if pairs:
+        hi, lo = two_float_returns(s.astype(dt), turn_mask, gamma)
+        hi, lo = hi.reshape(n), lo.reshape(n)
+    shift_ok = pairs and base.center and base.scale != "batch"
     prompt = jnp.broadcast_to(group_ids.index[:, None], s.shape)
 
     # Level 0: the episode group.
@@ -259,8 +356,11 @@ def hgpo_advantages(
         flat_valid = valid_k.reshape(n)
         level_groups = groups_from_keys(previous, keys[-1].reshape(n), valid=flat_valid)
         previous = level_groups.index
-        a_k = normalize_with_groups(g_flat, level_groups, flat_valid, base)
-        a_k, voted = _exact_votes(a_k, g_flat, level_groups, flat_valid, pooled=False)
+        x_k = (_centred_on_a_member(g_flat, hi, lo, level_groups, flat_valid) if shift_ok
+               else g_flat)
+        a_k = normalize_with_groups(x_k, level_groups, flat_valid, base)
+        a_k, voted = (_exact_votes(a_k, hi, level_groups, flat_valid, pooled=False, lo=lo) if pairs
+                      else _exact_votes(a_k, g_flat, level_groups, flat_valid, pooled=False))
         levels.append(a_k.reshape(s.shape))
         votes.append(voted.reshape(s.shape))
 

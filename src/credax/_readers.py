@@ -188,6 +188,11 @@ def _credax_line(obj: Any) -> Rollout:
     if not isinstance(obj, dict):
         raise _Bad(None, f"expected a JSON object (one rollout); got {type(obj).__name__}.")
     unknown = set(obj) - _ROLLOUT_KEYS
+    if unknown and {"input", "output", "score"} <= set(obj):
+        raise _Bad(None, "this is a line of verl's rollout dump (`trainer.rollout_data_dir`: keys "
+                   "`input`, `output`, `score`), not credax's schema: read it with "
+                   "`read_rollouts(path, format='verl')` (`python -m credax.explain PATH "
+                   "--format verl`).")
     if unknown:
         raise _Bad(sorted(unknown)[0], f"unknown key; a rollout has {sorted(_ROLLOUT_KEYS)}.")
     for required in ("prompt_id", "turns"):
@@ -366,7 +371,12 @@ def _files(path: str, fmt: str) -> list[str]:
     else:
         files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".jsonl"))
     if not files:
-        raise FileNotFoundError(f"`path`: no rollout files (*.jsonl) in the directory {path}")
+        wanted = "{global_step}.jsonl, verl's names" if fmt == "verl" else "*.jsonl"
+        inside = sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))
+                        and any(f.endswith(".jsonl") for f in os.listdir(os.path.join(path, n))))
+        hint = (f"; its subdirectories {inside[:3]} hold some: pass one of them (a directory is "
+                "read one level deep)" if inside else "")
+        raise FileNotFoundError(f"`path`: no rollout files ({wanted}) in the directory {path}{hint}")
     return files
 
 

@@ -32,6 +32,51 @@ def _check_weights(arguments) -> None:
                          f"row {b}, turn {k} ({int(bad.sum())} such turns).")
 
 
+def _unit_weights(w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``w / 2**E`` per row, ``2**E`` the power of two just above the row's largest weight, exact,
+    read from the floats' bits: ``u`` in ``[0, 1)``, and whether the row has a nonzero weight.
+
+    Not ``w / max(w)``: XLA divides by multiplying with ``1 / max(w)``, which is subnormal for a
+    maximum of ``2**126`` or more and flushes to ``0`` on CPU (the whole row became ``0``), and it
+    reads a subnormal weight as ``0``. From the bits, every finite weight is its significand
+    (an integer below ``2**(mantissa + 1)``, exact in the float) times ``2**exponent``, and the
+    scaling subtracts exponents. A weight below ``2**-126`` of the row's largest flushes to ``0``
+    (its share would be subnormal anyway). The gradient is that of ``w / 2**E`` with ``E`` fixed.
+    """
+    info = jnp.finfo(w.dtype)
+    ints = jnp.dtype(f"int{8 * w.dtype.itemsize}")
+    nmant = int(info.nmant)
+    sg = jax.lax.stop_gradient
+    bits = jax.lax.bitcast_convert_type(sg(w), ints)  # w >= 0: the sign bit is clear
+    field = jax.lax.shift_right_logical(bits, ints.type(nmant))
+    frac = bits & ints.type((1 << nmant) - 1)
+    normal = field > 0
+    significand = jnp.where(normal, frac | ints.type(1 << nmant), frac)
+    exponent = jnp.where(normal, field, ints.type(1))  # value = significand · 2**(exponent - bias)
+    nonzero = significand > 0
+    top = jnp.max(jnp.where(nonzero, exponent, ints.type(0)), axis=1, keepdims=True)
+    # u = significand · 2**(exponent - top - nmant - 1) < 1: two normal powers of two
+    shift = exponent - top - (nmant + 1)  # in [-(2·bias + nmant), -(nmant + 1)]
+    first = jnp.maximum(shift, ints.type(int(info.minexp)))
+    second = shift - first
+    u = (significand.astype(w.dtype) * _pow2(first, w.dtype)) * _pow2(
+        jnp.maximum(second, ints.type(int(info.minexp))), w.dtype)
+    u = jnp.where(nonzero & (second >= int(info.minexp)), u, jnp.zeros_like(u))
+    # value u, gradient d(w · 2**-E)/dw: the scale 2**-E as two normal factors (E up to 2**128)
+    e_top = top - (int(info.maxexp) - 1) + 1  # 2**e_top > max(w)
+    half = e_top // 2
+    grad = (w - sg(w)) * _pow2(-half, w.dtype) * _pow2(half - e_top, w.dtype)
+    return u + grad, jnp.any(nonzero, axis=1)
+
+
+def _pow2(e: jax.Array, dtype) -> jax.Array:
+    """``2**e`` for integer ``e`` in the normal range, built from the bits (exact)."""
+    info = jnp.finfo(dtype)
+    ints = jnp.dtype(f"int{8 * jnp.dtype(dtype).itemsize}")
+    biased = e.astype(ints) + (int(info.maxexp) - 1)
+    return jax.lax.bitcast_convert_type(jax.lax.shift_left(biased, ints.type(info.nmant)), dtype)
+
+
 @jit_public(static_argnames=("mode",), check=_check_weights)
 def redistribute_advantages(
     advantages: Float[Array, " B"],
@@ -55,9 +100,11 @@ def redistribute_advantages(
     redistributed uniformly (``A_i`` on each turn, or ``A_i / n_i``: the invariants still hold);
     one valid turn gets ``A_i`` in either mode (a zero weight included); a row without valid turns
     is ``0``. Padded turns are ``0`` and their weights never matter (NaN included). The weights
-    are divided by the row's largest valid weight first (the same value), so any finite weights
-    give a finite result. Negative or non-finite weights on valid turns are refused when concrete
-    (``ValueError``); traced ones make that row NaN (they would break the sign and the invariant).
+    are scaled exactly by the power of two above the row's largest valid weight first (the same
+    value), so any finite weights, subnormal to the float's largest, give this result (a share
+    below the float's normal range, ``2**-126`` in float32, is ``0``). Negative or non-finite
+    weights on valid turns are refused when concrete (``ValueError``); traced ones make that row
+    NaN (they would break the sign and the invariant).
 
     Args:
       advantages: ``float[B]`` the trajectory advantage ``A_i`` (e.g. GRPO's).
@@ -109,10 +156,8 @@ def redistribute_advantages(
     bad = jnp.any(turn_mask & ~(jnp.isfinite(w) & (w >= 0)), axis=1)
     w = jnp.where(turn_mask & ~bad[:, None], w, zero)
     count = jnp.sum(turn_mask, axis=1, dtype=dt)
-    # Divide by the row's largest weight first: u in [0, 1], the sum in [1, K] (no overflow).
-    top = jax.lax.stop_gradient(jnp.max(w, axis=1, initial=0.0))
-    signal = top > 0
-    u = jnp.where(turn_mask, _checks.safe_div(w, top[:, None], signal[:, None]), zero)
+    u, signal = _unit_weights(w)
+    u = jnp.where(turn_mask, u, zero)
     total = jnp.sum(u, axis=1)
     # No signal (all weights 0): uniform, so the mean / sum invariant still holds.
     u = jnp.where(signal[:, None], u, jnp.where(turn_mask, jnp.ones((), dt), zero))

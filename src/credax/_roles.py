@@ -188,12 +188,15 @@ def _is_sequence(x) -> bool:
     return hasattr(x, "__array__") and np.ndim(x) >= 1
 
 
-def validate_roles(roles, turn_mask, *, row_mask=None) -> None:
+def validate_roles(roles, turn_mask=None, *, row_mask=None) -> None:
     """Check role codes eagerly (not under ``jit``), raising with the argument's name.
 
     ``row_mask`` (``bool[B]``, true = real row, as ``RolloutBatch.row_mask``): padding rows from
     :func:`credax.pad_rollouts` must have no valid turn and are exempt from the at-least-one-turn
-    rule, as in :func:`credax.validate_turns`.
+    rule, as in :func:`credax.validate_turns`. The :class:`credax.PaddedRollouts` of
+    :func:`credax.pad_rollouts` (or its ``RolloutBatch``) may stand for its arrays:
+    ``validate_roles(padded)`` checks its ``roles``, ``validate_roles(roles, padded)`` the given
+    codes against its ``turn_mask``; both with its ``row_mask``.
 
     Checks:
 
@@ -219,6 +222,23 @@ def validate_roles(roles, turn_mask, *, row_mask=None) -> None:
       ...
       ValueError: `roles` must hold codes in [-1, 4) (Role values, ...) at valid turns; roles[0, 1] = 4.
     """
+    from ._validate import padded_batch  # (_validate imports the rollouts, which import roles)
+
+    batch = padded_batch(roles)
+    if batch is not None:
+        if turn_mask is not None:
+            raise TypeError("`validate_roles`: `roles` is a PaddedRollouts / RolloutBatch, which "
+                            "already holds `turn_mask`; pass either the batch alone or the arrays.")
+        roles, turn_mask = batch.roles, batch
+    batch = padded_batch(turn_mask)
+    if batch is not None:
+        if row_mask is not None:
+            raise TypeError("`validate_roles`: `turn_mask` is a PaddedRollouts / RolloutBatch, "
+                            "which already holds `row_mask`; pass either the batch or the arrays.")
+        turn_mask, row_mask = batch.turn_mask, batch.row_mask
+    if turn_mask is None:
+        raise TypeError("`validate_roles` needs `turn_mask` (or pass the PaddedRollouts of "
+                        "`credax.pad_rollouts`, alone or after `roles`).")
     r = _checks.host_array(roles, "roles")
     check_roles(r)
     m = _checks.host_array(turn_mask, "turn_mask")

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
@@ -45,11 +46,16 @@ class PolicyBatch(NamedTuple):
       mask: ``bool[B, T]`` tokens trained on: those the policy generated. ``mask[:, 0]`` is
         ignored (the first token has no prediction).
       old_logp: ``float[B, T]`` behaviour-policy log-prob of ``tokens[b, t]`` given
-        ``tokens[b, :t]``.
+        ``tokens[b, :t]``; ``old_logp[:, 0]`` must be ``0`` (nothing predicts the first token;
+        NaN or inf padding is allowed): a finite nonzero value there is the sign of log-probs
+        aligned with the predictions instead, a ``ValueError`` (concrete) or a NaN loss (traced)
+        in :func:`policy_loss_fn`. Required:
+        ``None`` is a ``TypeError`` naming the on-policy fix.
       advantages: ``float[B, T]`` per token, ``float[B]`` per row, or ``float[B, K]`` per turn
         with ``token_turn``.
       token_turn: optional ``int[B, T]`` turn index of each token, ``-1`` for none.
-      ref_logp: optional ``float[B, T]`` reference-policy log-probs, same alignment, for a KL term.
+      ref_logp: optional ``float[B, T]`` reference-policy log-probs, same alignment (``0`` at
+        position 0), for a KL term.
 
     A ``NamedTuple`` is a pytree: it passes through ``nnx.jit`` and can be sharded with
     ``jax.device_put(batch, NamedSharding(mesh, P("data")))`` (``None`` fields have no leaves).
@@ -171,8 +177,11 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
       ``(loss, PolicyMetrics)``.
 
     Raises:
-      TypeError: ``batch`` is not a :class:`PolicyBatch`, or an option is unknown (a loss
-        field given loose names ``options=``).
+      TypeError: ``batch`` is not a :class:`PolicyBatch`, ``batch.old_logp`` is ``None``, or an
+        option is unknown (a loss field given loose names ``options=``).
+      ValueError: a concrete ``old_logp`` / ``ref_logp`` with a finite nonzero value at position 0
+        (aligned with the predictions, not with ``tokens``: the on-policy ratio would not be 1);
+        traced, the loss is NaN instead.
 
     Examples:
       >>> import credax, credax.nnx, jax.numpy as jnp
@@ -201,6 +210,7 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
     chunk_size = options.pop("chunk_size", None)
     temperature = options.pop("temperature", None)
     vocab_axis = options.pop("vocab_axis", None)
+    _check_alignment(batch)
     mask = _checks.as_mask(batch.mask, "batch.mask", jnp.shape(batch.tokens))
     if options.pop("fused", False):
         return _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, options,
@@ -210,7 +220,48 @@ def policy_loss_fn(model: Any, batch: PolicyBatch, **options) -> tuple[Float[Arr
     mask = mask.at[:, 0].set(False)
     out = policy_loss(logp, batch.old_logp, batch.advantages, mask, options=options.get("options"),
                       token_turn=batch.token_turn, ref_logp=batch.ref_logp)
-    return out.loss, out.metrics
+    return _misaligned_is_nan(out.loss, batch), out.metrics
+
+
+ON_POLICY_FIX = ("on the first update of a freshly sampled batch pass the sampler's log-probs at "
+                 "the tokens' own positions (`pad_rollouts` does: `batch.old_logp`), or "
+                 "`jax.lax.stop_gradient(credax.nnx.sequence_logprobs(model, tokens, mask))` of the "
+                 "model that sampled (ratio 1)")
+
+
+def _check_alignment(batch: PolicyBatch) -> None:
+    """``old_logp`` is given, and position 0 (never predicted) holds no log-prob: a nonzero
+    ``old_logp[:, 0]`` / ``ref_logp[:, 0]`` means the log-probs are aligned with the predictions
+    (``logp[:, t]`` about ``tokens[t + 1]``), not with ``tokens`` — an on-policy ratio away from 1.
+    Concrete fields are checked here; traced ones make the loss NaN (:func:`_misaligned_is_nan`)."""
+    if batch.old_logp is None:
+        raise TypeError("`PolicyBatch.old_logp` is None: the loss needs the behaviour policy's "
+                        f"log-probs `float[B, T]` aligned with `tokens`; {ON_POLICY_FIX}.")
+    for name in ("old_logp", "ref_logp"):
+        value = getattr(batch, name)
+        if value is None or isinstance(value, jax.core.Tracer) or jnp.ndim(value) != 2:
+            continue
+        first = np.asarray(value[:, 0])
+        held = np.isfinite(first) & (first != 0)  # NaN / inf there: padding garbage, allowed
+        if np.any(held):
+            row = int(np.flatnonzero(held)[0])
+            raise ValueError(
+                f"`PolicyBatch.{name}[:, 0]` must be 0: position 0 has no prediction, so nothing "
+                f"scores tokens[:, 0]; got {name}[{row}, 0] = {float(first[row])}. Every per-token "
+                f"field is aligned with `tokens` ({name}[b, t] = log p(tokens[b, t] | tokens[b, :t])"
+                "); log-probs aligned with the predictions (the model's output at t scoring token "
+                "t + 1) must move one position right: `jnp.pad(lp[:, :-1], ((0, 0), (1, 0)))`, "
+                f"or {ON_POLICY_FIX}.")
+
+
+def _misaligned_is_nan(loss, batch: PolicyBatch):
+    """The loss, NaN where a traced ``old_logp`` / ``ref_logp`` holds a log-prob at position 0
+    (the rule :func:`_check_alignment` checks on concrete fields)."""
+    bad = jnp.zeros((), bool)
+    for value in (batch.old_logp, batch.ref_logp):
+        if value is not None and isinstance(value, jax.core.Tracer) and jnp.ndim(value) == 2:
+            bad = bad | jnp.any(jnp.isfinite(value[:, :1]) & (value[:, :1] != 0))
+    return jnp.where(bad, jnp.full((), jnp.nan, loss.dtype), loss)
 
 
 def _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, options,
@@ -234,4 +285,4 @@ def _fused_policy_loss(model, batch, mask, apply, chunk_size, temperature, optio
         mask[:, 1:], chunk_size=chunk_size, temperature=temperature,
         token_turn=later(batch.token_turn), ref_logp=later(batch.ref_logp),
         options=options.get("options"), vocab_axis=vocab_axis)
-    return result.loss, result.metrics
+    return _misaligned_is_nan(result.loss, batch), result.metrics

@@ -113,20 +113,36 @@ def discounted_returns(step_rewards, turn_mask, gamma, dtype=np.float64):
     return out
 
 
+def discounted_returns_exact(step_rewards, turn_mask, gamma):
+    """``G_t = r_t + γ G_{t+1}`` in exact rational arithmetic on the given values (the rewards as
+    float32 values when given in float32, and ``γ`` as given): an object array of ``Fraction``."""
+    s, m = np.asarray(step_rewards), np.asarray(turn_mask, bool)
+    gamma = Fraction(float(gamma))
+    out = np.full(s.shape, Fraction(0), dtype=object)
+    for b in range(s.shape[0]):
+        running = Fraction(0)
+        for t in reversed(range(s.shape[1])):
+            if m[b, t]:
+                running = Fraction(float(s[b, t])) + gamma * running
+                out[b, t] = running
+    return out
+
+
 def _normalised(vals, own, ddof, scale, eps):
     n = len(vals)
-    if n <= 1 or n - ddof <= 0 or max(vals) == min(vals):
+    exact = [Fraction(v) for v in vals]  # floats convert exactly; Fractions stay
+    if n <= 1 or n - ddof <= 0 or max(exact) == min(exact):
         return 0.0
     # The deviation from the mean in exact rational arithmetic on the values as given, rounded
     # once: exactly 0 at the mean (abstains), never 0 off it. A float mean (even fsum's correctly
     # rounded one) can turn either into the other.
-    dev = Fraction(float(own)) - sum(Fraction(float(v)) for v in vals) / n
+    mean = sum(exact) / n
+    dev = Fraction(own) - mean
     if dev == 0:
         return 0.0
-    mu = math.fsum(vals) / n
     if scale in (False, "none"):
         return float(dev)
-    sd = math.sqrt(math.fsum((v - mu) ** 2 for v in vals) / (n - ddof))
+    sd = math.sqrt(float(sum((v - mean) ** 2 for v in exact) / (n - ddof)))
     return float(dev) / (sd + eps)
 
 
@@ -137,11 +153,16 @@ def hgpo(outcome, step_rewards, anchors, turn_mask, group_ids, *, history, gamma
 
     A member's level value is exactly 0 (abstains) when it equals its group's mean in exact
     rational arithmetic on the returns; ``returns_dtype`` is the dtype the returns are computed
-    in (``np.float32``: the returns of a float32 computation, to compare exact decisions)."""
+    in (``np.float32``: the returns of a float32 computation, to compare exact decisions;
+    ``"exact"``: the real returns of the given values, :func:`discounted_returns_exact`)."""
     m, a = np.asarray(turn_mask, bool), np.asarray(anchors)
     ids = [int(i) for i in np.asarray(group_ids)]
-    r = _f64(np.asarray(outcome, returns_dtype))
-    g = discounted_returns(step_rewards, m, gamma, returns_dtype)
+    if returns_dtype == "exact":
+        r = _f64(np.asarray(outcome))
+        g = discounted_returns_exact(step_rewards, m, gamma)
+    else:
+        r = _f64(np.asarray(outcome, returns_dtype))
+        g = discounted_returns(step_rewards, m, gamma, returns_dtype)
     batch, num_turns = m.shape
     levels = np.zeros((batch, num_turns, history + 2))
     inform = np.zeros((batch, num_turns, history + 2), bool)

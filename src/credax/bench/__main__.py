@@ -27,6 +27,26 @@ from pathlib import Path
 
 from .cases import CASES, PRESETS
 
+# How to get a JAX that runs on each --platform (the message of a platform JAX cannot start).
+PLATFORM_INSTALL = {
+    "cpu": "pip install -U jax",
+    "gpu": "pip install -U 'jax[cuda12]' (NVIDIA) or the ROCm wheels (AMD)",
+    "cuda": "pip install -U 'jax[cuda12]'",
+    "rocm": "the ROCm wheels: https://docs.jax.dev/en/latest/installation.html#amd-gpu-linux",
+    "tpu": "pip install -U 'jax[tpu]'",
+}
+
+
+def _missing_platform(platform, exc) -> str:
+    """Which platform JAX could not start, what it said, and how to install JAX for it."""
+    said = str(exc).strip() or type(exc).__name__
+    if platform is None:
+        return f"JAX could not start its default backend ({said})."
+    return (f"--platform {platform}: JAX could not start the {platform!r} backend on this machine "
+            f"(no such device, or this jax has no {platform} plugin; JAX said: {said}). Install "
+            f"JAX for it ({PLATFORM_INSTALL[platform]}) or drop --platform to use what JAX finds "
+            "(`python -c 'import jax; print(jax.devices())'`).")
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -172,9 +192,10 @@ def main(argv=None, *, prog: str = "python -m credax.bench", default_out: Path |
 
     try:
         backend = jax.default_backend()
-    except RuntimeError as exc:  # e.g. --platform gpu on a machine whose JAX has no GPU
-        print(f"ERROR: --platform {args.platform}: JAX could not start that backend ({exc}).",
-              file=sys.stderr)
+    except (RuntimeError, AssertionError) as exc:
+        # e.g. --platform cuda on a machine whose JAX has no GPU plugin: JAX raises a RuntimeError
+        # or, when JAX_PLATFORMS names only platforms it cannot start, a bare AssertionError.
+        print(f"ERROR: {_missing_platform(args.platform, exc)}", file=sys.stderr)
         return 2
     if args.require is not None and backend != args.require:
         print(f"ERROR: --require {args.require}, but JAX's default backend is {backend!r} "

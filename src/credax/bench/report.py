@@ -11,6 +11,31 @@ from pathlib import Path
 
 from .harness import fmt_bytes, fmt_time
 
+RATIO_HEADING = ("Ratios, all one way: time of the first ÷ time of the second, so above 1× the "
+                 "second is faster; against a peer (torch, NumPy, an XLA diagnostic) credax is "
+                 "second, against a floor (the lower bound) the floor is.")
+
+
+def oriented(key: str) -> tuple[str, bool]:
+    """A stored ratio ``a/b`` as the report shows it, ``(label, inverted)``: credax (or a floor)
+    second, so every column reads the same way (``credax_x/torch`` is shown as
+    ``torch/credax_x``, the inverse of its median)."""
+    num, den = key.split("/")
+    second = lambda name: name.startswith("credax") or name.endswith("_floor")
+    if second(num) and not second(den):
+        return f"{den}/{num}", True
+    return key, False
+
+
+def _sizes_note(recs: list[dict]) -> str:
+    """The group size and K of a case as run (every size the records hold), for its heading."""
+    parts = []
+    for key, label in (("group_size", "groups of {}"), ("K", "K = {}")):
+        values = sorted({rec["params"][key] for rec in recs if key in rec["params"]})
+        if values:
+            parts.append(label.format(", ".join(str(v) for v in values)))
+    return f" ({'; '.join(parts)})" if parts else ""
+
 
 def render_markdown(data: dict) -> str:
     m = data["meta"]["machine"]
@@ -41,11 +66,11 @@ def render_markdown(data: dict) -> str:
     by_case: dict[str, list[dict]] = {}
     for rec in data["cases"]:
         by_case.setdefault(rec["case"], []).append(rec)
-    titles = {
-        "grpo": "GRPO advantages, groups of 8, shuffled sparse int32 ids",
+    titles = {  # sizes come from each case's own parameters (_sizes_note), never written here
+        "grpo": "GRPO advantages, shuffled sparse int32 ids",
         "tcpo": "TCPO full pipeline (retrospective + hindsight + per-(prompt, turn) z-score, γ^k)",
         "grpo_contiguous": "GRPO, contiguous layout",
-        "triage_broadcast": "TRIAGE turn advantages + broadcast to tokens (K = 16)",
+        "triage_broadcast": "TRIAGE turn advantages + broadcast to tokens",
         "policy_loss": "policy_loss forward (token-mean clipped surrogate)",
         "policy_loss_grad": "policy_loss value_and_grad w.r.t. logp",
         "lm_head": "LM head: value_and_grad of the policy loss from hidden states [B, T, D] through "
@@ -58,7 +83,7 @@ def render_markdown(data: dict) -> str:
             for name in rec["results"]:
                 if name not in impls:
                     impls.append(name)
-        lines.append(f"**{titles.get(case, case)}**")
+        lines.append(f"**{titles.get(case, case)}{_sizes_note(recs)}**")
         lines.append("")
         head = ["size"] + impls
         lines.append("| " + " | ".join(head) + " |")
@@ -78,14 +103,17 @@ def render_markdown(data: dict) -> str:
                 if key not in ratio_keys:
                     ratio_keys.append(key)
         if ratio_keys:
-            lines.append("| size | " + " | ".join(ratio_keys) + " |")
+            lines.append(RATIO_HEADING)
+            lines.append("")
+            lines.append("| size | " + " | ".join(oriented(k)[0] for k in ratio_keys) + " |")
             lines.append("|" + "---|" * (len(ratio_keys) + 1))
             for rec in recs:
                 size = ", ".join(f"{k}={v}" for k, v in rec["params"].items() if k in size_keys)
                 cells = []
                 for key in ratio_keys:
                     v = rec["ratios"].get(key)
-                    cells.append("—" if v is None else f"{v['median']:.3g}×")
+                    cells.append("—" if v is None else
+                                 f"{v['median'] ** (-1 if oriented(key)[1] else 1):.3g}×")
                 lines.append(f"| {size} | " + " | ".join(cells) + " |")
             lines.append("")
         roof = [(rec, name, r) for rec in recs for name, r in rec["results"].items()
@@ -188,9 +216,9 @@ def plot(data: dict, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("grpo", "GRPO advantages (groups of 8, shuffled ids)", "B (trajectories)"),
+        ("grpo", "GRPO advantages (shuffled ids)", "B (trajectories)"),
         ("tcpo", "TCPO full pipeline", "B·K (turn entries)"),
-        ("triage_broadcast", "TRIAGE + broadcast to tokens (B=512)", "B·T (tokens)"),
+        ("triage_broadcast", "TRIAGE + broadcast to tokens", "B·T (tokens)"),
         ("policy_loss", "policy_loss forward / value_and_grad", "B·T (tokens)"),
     ]
     fig, axes = plt.subplots(2, 2, figsize=(13, 10))
@@ -230,7 +258,7 @@ def plot(data: dict, path: Path) -> bool:
                         color=color(name), label=label)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(title)
+        ax.set_title(title + _sizes_note([r for r in data["cases"] if r["case"] == case]))
         ax.set_xlabel(xlabel)
         ax.set_ylabel("median time per call (s)")
         ax.grid(True, which="both", alpha=0.3)

@@ -258,8 +258,10 @@ def check_permutation_equivariance(
 ) -> None:
     """Check that permuting the rows permutes the outputs: ``fn(b[perm]) == fn(b)[perm]``.
 
-    Catches groups inferred from position or a reshape instead of the ids, and baselines taken
-    from "the first rollout of the group". Arguments as :func:`check_padding_invariance`.
+    Catches groups inferred from position or a reshape instead of the ids (``x.reshape(-1, G,
+    K)`` with ``G`` 2 or 4 at the default shapes ``(4, 3)`` and ``(8, 4)``, whose batches hold two
+    or more groups of unequal sizes; another ``G`` fails inside its own reshape), and baselines
+    taken from "the first rollout of the group". Arguments as :func:`check_padding_invariance`.
 
     Raises:
       AssertionError: ``permutation equivariance violated: ...`` with the permutation and the

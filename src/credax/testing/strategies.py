@@ -162,8 +162,22 @@ def token_layouts(
     return _SEED.map(lambda seed: _layout(turns, num_tokens, min_tokens_per_turn, seed))
 
 
+def _unequal_groups(earlier: list[int], lab: int) -> int:
+    """The last row's group, moved where needed so the batch has two or more groups of unequal
+    sizes: a position-based grouping (``x.reshape(-1, G, K)``) then splits or merges a group."""
+    sizes: dict[int, int] = {}
+    for label in [*earlier, lab]:
+        sizes[label] = sizes.get(label, 0) + 1
+    if len(sizes) == 1:
+        return len(earlier)  # a new group of one beside the rest
+    if len(set(sizes.values())) == 1:
+        return next(label for label in earlier if label != lab)  # one group one row larger
+    return lab
+
+
 @st.composite
-def _turn_batches(draw, shapes, value, pad, min_turns, dense_ids, dtype) -> TurnBatch:
+def _turn_batches(draw, shapes, value, pad, min_turns, dense_ids, dtype, mixed_groups=True
+                  ) -> TurnBatch:
     B, K, T = draw(st.sampled_from(shapes))
     # Row-major draws (each row's length, group and values together): the shrinker deletes or
     # simplifies whole rows, moving a failure into the first rows so a smaller shape can hold it.
@@ -177,6 +191,8 @@ def _turn_batches(draw, shapes, value, pad, min_turns, dense_ids, dtype) -> Turn
         n = draw(st.integers(min(min_turns, K), K))
         # Join one of the groups so far or open a new one: every group size from 1 to B occurs.
         lab = draw(st.integers(0, i))
+        if mixed_groups and i == B - 1 and B >= 3:
+            lab = _unequal_groups(labels[:i].tolist(), lab)
         if lab not in constant:
             constant[lab] = ([], draw(value)) if draw(st.booleans()) else None
         template = constant[lab]
@@ -222,11 +238,15 @@ def turn_batches(
     nonfinite_padding: bool = True,
     dense_ids: bool = False,
     dtype=np.float32,
+    mixed_groups: bool = True,
 ) -> st.SearchStrategy[TurnBatch]:
     """Strategy for padded multi-turn batches with the edge cases credit code gets wrong.
 
     Every batch has a shape from ``shapes``; ragged prefix masks (each row keeps between
-    ``min_turns`` and ``K`` turns); groups of every size including singletons, with arbitrary int32
+    ``min_turns`` and ``K`` turns); groups of every size including singletons (with
+    ``mixed_groups``, every batch of three rows or more has two or more groups, not all of one
+    size, so code that groups by position rather than by id meets a batch it gets wrong), with
+    arbitrary int32
     ids (negative, sparse, unsorted, int32 extremes); constant groups (all rows of a group share
     their scores and reward); valid values from ``score_range``, including the non-dyadic 0.35,
     1/3 and 0.95 and ties; NaN, inf and huge values at masked entries; role codes including ``-1``
@@ -241,6 +261,8 @@ def turn_batches(
         garbage only.
       dense_ids: ids in ``[0, B)`` instead of arbitrary int32 (for code that promises dense ids).
       dtype: floating dtype of ``scores`` and ``rewards``.
+      mixed_groups: default ``True`` (see above); ``False`` also draws one-group batches and
+        batches of equal-size groups.
 
     Returns:
       A strategy of :class:`TurnBatch` (NumPy arrays).
@@ -266,7 +288,7 @@ def turn_batches(
         raise TypeError(f"`dtype` must be a floating dtype; got {dtype}.")
     pad = PAD_NONFINITE if nonfinite_padding else PAD_FINITE
     return _turn_batches(shapes, value_strategy(score_range), pad, min_turns, bool(dense_ids),
-                         dtype)
+                         dtype, bool(mixed_groups))
 
 
 # --------------------------------------------------------------------------------------------

@@ -398,6 +398,12 @@ def _as_layout(turns, turn_mask, token_turn) -> TurnLayout:
 
 
 def _check_method_output(out, name: str, shape: tuple[int, int], turn_mask: np.ndarray) -> np.ndarray:
+    if isinstance(out, tuple) and hasattr(out, "advantages"):
+        out = out.advantages  # a credax estimator's result (TCPO, MTGRPO, ...): its advantages
+    elif isinstance(out, tuple | list | dict):
+        raise TypeError(f"`method` {name} must return one [B, K] = {shape} array of advantages; "
+                        f"got a {type(out).__name__} of {len(out)} items (return the advantages "
+                        "alone, e.g. `lambda s, m, g: f(s, m, g).advantages`).")
     a = np.asarray(out) if not isinstance(out, jax.core.Tracer) else out
     if not hasattr(a, "shape") or tuple(a.shape) != shape:
         raise ValueError(f"`method` {name} must return [B, K] = {shape} advantages; got "
@@ -436,7 +442,9 @@ def turn_advantages(turns, turn_mask=None, token_turn=None, *, completion_mask, 
       completion_mask: ``[B, L]`` booleans or 0/1 integers (``TrainExample.completion_mask``).
       num_generations: ``G``, consecutive rows per prompt.
       method: a name of :data:`TURN_METHODS` (``"tcpo"``, ``"mt_grpo"``, ``"gigpo"``,
-        ``"turn_baseline"``), or a function ``(scores, turn_mask, groups) -> [B, K]``.
+        ``"turn_baseline"``), or a function ``(scores, turn_mask, groups) -> [B, K]``; a credax
+        estimator's result (``credax.tcpo_advantages`` returns a ``TCPO``) gives its
+        ``.advantages``, another tuple is refused (``TypeError``).
 
     Returns:
       ``(advantages float32[B, L], completion_mask)``, the mask in JAX's dtype for the one given
