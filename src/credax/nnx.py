@@ -241,7 +241,7 @@ def _check_alignment(batch: PolicyBatch) -> None:
         value = getattr(batch, name)
         if value is None or isinstance(value, jax.core.Tracer) or jnp.ndim(value) != 2:
             continue
-        first = np.asarray(value[:, 0])
+        first = np.asarray(value)[:, 0]  # concrete: read on the host (indexing inside a trace would stage it)
         held = np.isfinite(first) & (first != 0)  # NaN / inf there: padding garbage, allowed
         if np.any(held):
             row = int(np.flatnonzero(held)[0])
