@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, settings
 
 # Scripts that the tests run in subprocesses (8 forced CPU devices, jax.distributed workers):
 # importing them here, as --doctest-modules would, runs their module-level asserts.
-collect_ignore = ["multidevice_every_function.py", "multiprocess_worker.py"]
+collect_ignore = ["multidevice_every_function.py", "multiprocess_worker.py", "shard_map_every_function.py",
+                  "vocab_parallel_check.py"]
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")

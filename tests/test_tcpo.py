@@ -199,7 +199,10 @@ def test_select_top_surprisal_ties_scopes_and_fewer_candidates():
     assert sel(budget=6) == [[1, 1, 1, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
     # L larger than the 10 candidates: all of them, nothing else
     assert sel(budget=50) == cand.astype(int).tolist()
-    assert sel(budget=10**12) == cand.astype(int).tolist()  # beyond int32: no overflow either
+    assert sel(budget=2**31 - 1) == cand.astype(int).tolist()  # the largest static int: no overflow
+    # beyond int32 the entry's one static rule refuses it by name (#43), as every static int
+    with pytest.raises(ValueError, match="`budget`.*outside int32"):
+        sel(budget=10**12)
     assert sel(budget=0) == [[0] * 4] * 3
     # trajectory, L = 1: row 2's best number is 0.2 at (2,2) (tie with (2,3): lower index)
     assert sel(budget=1, scope="trajectory") == [[0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]

@@ -97,7 +97,6 @@ from ._reinforce import reinforce_pp_advantages as reinforce_pp_advantages
 from ._reinforce import reinforce_pp_baseline_advantages as reinforce_pp_baseline_advantages
 from ._roles import Role as Role
 from ._roles import parse_roles as parse_roles
-from ._roles import validate_roles as validate_roles
 from ._rollouts import Buckets as Buckets
 from ._rollouts import PaddedRollouts as PaddedRollouts
 from ._rollouts import Rollout as Rollout
@@ -142,6 +141,7 @@ from ._turns import future_best as future_best
 from ._turns import turn_surprisal as turn_surprisal
 from ._validate import validate_alternatives as validate_alternatives
 from ._validate import validate_rewards as validate_rewards
+from ._validate import validate_roles as validate_roles
 from ._validate import validate_turns as validate_turns
 from ._vetta import VETTA as VETTA
 from ._vetta import vetta_advantages as vetta_advantages

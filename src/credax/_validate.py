@@ -15,6 +15,7 @@ import numpy as np
 from . import _checks
 from ._checks import check_mask, check_prefix_mask, first_index, host_array, row_mask_array
 from ._group_ids import Groups
+from ._roles import NUM_ROLES, UNLABELED, check_roles
 from ._rollouts import PaddedRollouts, RolloutBatch
 from ._tcpo import check_alternatives_shape
 from ._turns import check_token_turn_shape
@@ -306,3 +307,66 @@ def validate_alternatives(
     if turn_mask is not None:
         m = m & turn_mask[:, :, None]
     _check_values(alt, m, "alt_scores", value_range, "score_range", "valid alternatives")
+
+
+def validate_roles(roles, turn_mask=None, *, row_mask=None) -> None:
+    """Check role codes eagerly (not under ``jit``), raising with the argument's name.
+
+    ``row_mask`` (``bool[B]``, true = real row, as ``RolloutBatch.row_mask``): padding rows from
+    :func:`credax.pad_rollouts` must have no valid turn and are exempt from the at-least-one-turn
+    rule, as in :func:`credax.validate_turns`. The :class:`credax.PaddedRollouts` of
+    :func:`credax.pad_rollouts` (or its ``RolloutBatch``) may stand for its arrays:
+    ``validate_roles(padded)`` checks its ``roles``, ``validate_roles(roles, padded)`` the given
+    codes against its ``turn_mask``; both with its ``row_mask``.
+
+    Checks:
+
+    * ``roles`` is an integer ``[B, K]`` array and ``turn_mask`` a ``bool[B, K]`` of the same shape;
+    * every code at a valid turn lies in ``[-1, 4)`` (``-1`` = unlabeled). The compiled functions
+      treat an out-of-range code as unlabeled, which hides a broken judge pipeline: this is where
+      it is caught;
+    * ``turn_mask`` is prefix-contiguous and every row has a valid turn (as ``validate_turns``).
+
+    Codes at padded turns are **ignored**, whatever they are (``-100``, stale labels, ...): every
+    function treats padded turns as absent, so they cannot matter.
+
+    Raises:
+      TypeError: non-integer ``roles``, non-boolean ``turn_mask``, or a traced input.
+      ValueError: wrong shapes, an out-of-range code at a valid turn, or a bad ``turn_mask``.
+
+    Examples:
+      >>> import numpy as np, credax
+      >>> mask = np.array([[True, True, False]])
+      >>> credax.validate_roles(np.array([[0, -1, 99]]), mask)   # 99 sits on a padded turn
+      >>> credax.validate_roles(np.array([[0, 4, -1]]), mask)
+      Traceback (most recent call last):
+      ...
+      ValueError: `roles` must hold codes in [-1, 4) (Role values, ...) at valid turns; roles[0, 1] = 4.
+    """
+    batch = padded_batch(roles)
+    if batch is not None:
+        if turn_mask is not None:
+            raise TypeError("`validate_roles`: `roles` is a PaddedRollouts / RolloutBatch, which "
+                            "already holds `turn_mask`; pass either the batch alone or the arrays.")
+        roles, turn_mask = batch.roles, batch
+    batch = padded_batch(turn_mask)
+    if batch is not None:
+        if row_mask is not None:
+            raise TypeError("`validate_roles`: `turn_mask` is a PaddedRollouts / RolloutBatch, "
+                            "which already holds `row_mask`; pass either the batch or the arrays.")
+        turn_mask, row_mask = batch.turn_mask, batch.row_mask
+    if turn_mask is None:
+        raise TypeError("`validate_roles` needs `turn_mask` (or pass the PaddedRollouts of "
+                        "`credax.pad_rollouts`, alone or after `roles`).")
+    r = _checks.host_array(roles, "roles")
+    check_roles(r)
+    m = _checks.host_array(turn_mask, "turn_mask")
+    _checks.check_mask(m, "turn_mask", r.shape, like="roles")
+    bad = m & ((r < UNLABELED) | (r >= NUM_ROLES))
+    if bad.any():
+        b, k = _checks.first_index(bad)
+        raise ValueError(
+            f"`roles` must hold codes in [-1, {NUM_ROLES}) (Role values, -1 = unlabeled) at valid "
+            f"turns; roles[{b}, {k}] = {r[b, k]}."
+        )
+    _checks.check_prefix_mask(m, row_mask=_checks.row_mask_array(row_mask, r.shape[0], like="roles"))
