@@ -337,6 +337,32 @@ def test_the_inputs_tie_abstains_where_the_float32_returns_break_it():
     np.testing.assert_allclose(out.advantages, float64_verl_agent(*args, kw), atol=1e-6)
 
 
+def test_the_issues_classic_case_equals_verl_agent():
+    # Issue 44's classic case: step rewards all float32(0.35), history 1, gamma 1, mean-centred,
+    # alpha 1, episode group on (verl-agent's base_group); the issue gives credax float32 0.0407407
+    # at trajectory 0, step 0 and verl-agent 0.1222221. The issue does not state its shapes or
+    # outcomes; this configuration reproduces both numbers to the issue's 7 digits (found by a
+    # search over 2-4 trajectories of 1-4 steps; others do too, e.g. outcomes (1/3, 0.3, 0.1)):
+    # trajectories of 2, 1 and 3 steps start in state 0 (later states their own), outcomes
+    # (1/3, 0, 0.2) in float32. Step 0's returns 2x, x, 3x (x = 0.35f): trajectory 0 is exactly at
+    # its level-1 mean in the inputs, so only the episode level votes:
+    # A_e = 1/3 - (2·1/3 + 0 + 3·0.2)/6 = 11/90, A = A_e/(1 + eps) = 0.1222221.
+    # At a3e9449 (ties decided on the float32 returns, where 3x rounds) level 1 voted with a
+    # residue and weight 2: (1·A_e + 2·~0)/3 = 0.0407407.
+    mask = np.arange(3)[None] < np.array([2, 1, 3])[:, None]
+    steps = np.where(mask, np.float32(0.35), np.float32(0)).astype(np.float32)
+    anchors = np.array([[0, 1, 9], [0, 9, 9], [0, 2, 3]], np.int32)
+    args = (np.array([1 / 3, 0.0, 0.2], np.float32), steps, anchors, mask, np.zeros(3, np.int32))
+    kw = dict(history=1, gamma=1.0, alpha=1.0, episode_group=True, **VERL_BASE,
+              normalization=credax.Normalization(ddof=0, scale="none"))
+    want = float64_verl_agent(*args, kw)
+    assert round(float(want[0, 0]), 7) == 0.1222221  # the issue's value of verl-agent's code
+    out = credax.hgpo_advantages(*args, **kw)
+    np.testing.assert_allclose(out.advantages[0, 0], want[0, 0], atol=1e-6)
+    assert not bool(out.informative[0, 0, 1])
+    np.testing.assert_allclose(out.advantages, want, atol=1e-6)
+
+
 def test_a_deviation_the_float32_returns_round_away_votes_with_its_float64_value():
     # Three steps of float32 0.1 return 3·0.1f = 0.30000000447 (real), one step of float32 0.3
     # returns 0.30000001192: a genuine deviation of 7.45e-9, which the float32 returns round
