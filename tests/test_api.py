@@ -18,7 +18,10 @@ SUBJECTS = {
                 "shrinkage_baseline", "shrinkage_advantages", "Shrinkage"},
     # Turn tools (SPEC §3).
     "turns": {"best_prior", "future_best", "discount_weights", "discounted_returns",
-              "broadcast_to_tokens", "turn_surprisal"},
+              "broadcast_to_tokens", "turn_surprisal", "broadcast_to_turns",
+              "token_turn_from_layout"},
+    # One call for every credit method (issue 47; docs/guides/credit-lab.md).
+    "credit": {"credit", "credit_methods", "TurnBatch"},
     # Eager validators (SPEC §3, §5; issue 13).
     "validators": {"validate_turns", "validate_rewards", "validate_alternatives", "validate_roles"},
     # TCPO's credit (SPEC §4; docs/guides/tcpo.md).
