@@ -8,7 +8,7 @@ from benchmarks.lab import __main__ as cli
 from benchmarks.lab import example_credit
 from benchmarks.lab.methods import Method
 
-CFG = cli.PRESETS["tiny"]["configs"]["refine"]  # B = 4 prompts x 4 = 16 rollouts, K = 5 turns
+CFG = cli.PRESETS["smoke"]["configs"]["refine"]  # B = 4 prompts x 4 = 16 rollouts, K = 5 turns
 
 
 def _method(fn, name="mine"):

@@ -792,6 +792,9 @@ def main(argv=None) -> int:
         p.error(f"--group must be 2, 3 or 4 (every batch is enumerated); got {args.group}")
     t0, c0 = time.perf_counter(), time.process_time()
     record = run(args.group, mdps, log=lambda s: print(s, flush=True))
+    from .report import environment
+
+    record["environment"] = environment()
     record["timing"] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     record["command"] = "python -m benchmarks.lab.exact " + " ".join(
         sys.argv[1:] if argv is None else argv)

@@ -246,7 +246,8 @@ def check_credit_shape(out, shape, name: str) -> None:
     array of ``shape``: ``--credit``'s check runs the function once, on one batch, and a function
     whose output changes on training's trace (Python state, a branch on a field the check's batch
     did not have) would otherwise end in a JAX broadcasting traceback minutes later."""
-    where = f"--credit {name}: in the training trace (one instance: B={shape[0]} rollouts, K={shape[1]} turns)"
+    where = (f"--credit {name}: in the training trace (one instance: B={shape[0]} rollouts, "
+             f"K={shape[1]} turns)")
     if isinstance(out, list | tuple) or not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise ValueError(f"{where} it returned a {type(out).__name__}; return one array f32[B, K]")
     if tuple(out.shape) != tuple(shape):
@@ -487,7 +488,7 @@ class Runner:
         bounds = np.cumsum((0,) + tuple(counts))
         k_init, k_train, k_eval, k_lab = (fold(keys, i) for i in range(4))
         total = cfg.steps if steps is None else steps
-        chunks = max(1, total // cfg.eval_every)
+        chunks = 0 if total == 0 else max(1, total // cfg.eval_every)  # 0 steps: the step-0 lab only
         marks = sorted(s for s in cfg.checkpoints if s <= chunks * cfg.eval_every)
         host = lambda x: jax.tree.map(np.asarray, x)
         split = lambda x: [jax.tree.map(lambda a, i=i: a[bounds[i]:bounds[i + 1]], x) for i in range(M)]
