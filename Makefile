@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP  := $(VENV)/.installed-test
 VERL_PIN    := verl==0.9.1
 
-.PHONY: test demo bench bench-nohuge bench-gpu bench-gpu-host lint clean docs docs-serve notebooks
+.PHONY: test demo lab-lm bench bench-nohuge bench-gpu bench-gpu-host lint clean docs docs-serve notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 
 demo: $(DEMO_STAMP)
 	$(PY) -m benchmarks.lab
+
+# The lab's transformer tier (benchmarks/lab/lm.py): 9 methods x 12 seeds, 150 SFT + 80 RL steps,
+# two task variants. Not timed at this budget: about 1 CPU-hour per variant, estimated from the
+# issue #47 prototype's 0.41 CPU-s per (method, seed, step) (docs/guides/credit-lab.md).
+lab-lm: $(DEMO_STAMP)
+	$(PY) -m benchmarks.lab --tier lm --out demo-results/lm
 
 # glibc's hugetlb tunable lets XLA's fresh output buffers use transparent huge pages, as NumPy's
 # allocator already does (madvise): otherwise every new 32 MiB output costs ~8k page faults, and the

@@ -340,6 +340,15 @@ def task_record(name, cfg, methods, runs) -> dict:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--tier" in argv:  # the transformer tier has its own options (benchmarks/lab/lm.py)
+        i = argv.index("--tier")
+        tier = argv[i + 1] if i + 1 < len(argv) else None
+        if tier != "lm":
+            raise SystemExit(f"--tier: unknown tier {tier!r}; the one tier is 'lm'")
+        from . import lm
+
+        return lm.main(argv[:i] + argv[i + 2:])
     p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="10 seeds, 400 steps")
