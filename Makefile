@@ -49,8 +49,8 @@ demo: $(DEMO_STAMP)
 	$(PY) -m benchmarks.lab
 
 # The lab's transformer tier (benchmarks/lab/lm.py): 9 methods x 12 seeds, 150 SFT + 80 RL steps,
-# two task variants. Not timed at this budget: about 1 CPU-hour per variant, estimated from the
-# issue #47 prototype's 0.41 CPU-s per (method, seed, step) (docs/guides/credit-lab.md).
+# two task variants: about 25 CPU-minutes per variant (0.16 CPU-s per (method, seed, step),
+# measured on the 4-seed run; docs/guides/credit-lab.md, "The transformer tier").
 lab-lm: $(DEMO_STAMP)
 	$(PY) -m benchmarks.lab --tier lm --out demo-results/lm
 
