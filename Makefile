@@ -10,7 +10,7 @@ TEST_STAMP  := $(VENV)/.installed-test
 VERL_PIN    := verl==0.9.1
 LIGER_PIN   := liger-kernel==0.8.5
 
-.PHONY: test demo bench bench-nohuge bench-gpu bench-gpu-host lint clean docs docs-serve notebooks
+.PHONY: test demo lab-lm bench bench-nohuge bench-gpu bench-gpu-host lint clean docs docs-serve notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 
 demo: $(DEMO_STAMP)
 	$(PY) -m benchmarks.lab
+
+# The lab's transformer tier (benchmarks/lab/lm.py): 9 methods x 12 seeds, 150 SFT + 80 RL steps,
+# two task variants: about 25 CPU-minutes per variant (0.16 CPU-s per (method, seed, step),
+# measured on the 4-seed run; docs/guides/credit-lab.md, "The transformer tier").
+lab-lm: $(DEMO_STAMP)
+	$(PY) -m benchmarks.lab --tier lm --out demo-results/lm
 
 # glibc's hugetlb tunable lets XLA's fresh output buffers use transparent huge pages, as NumPy's
 # allocator already does (madvise): otherwise every new 32 MiB output costs ~8k page faults, and the

@@ -8,7 +8,7 @@ from benchmarks.lab import __main__ as cli
 from benchmarks.lab import example_credit
 from benchmarks.lab.methods import Method
 
-CFG = cli.PRESETS["tiny"]["configs"]["refine"]  # B = 4 prompts x 4 = 16 rollouts, K = 5 turns
+CFG = cli.PRESETS["smoke"]["configs"]["refine"]  # B = 4 prompts x 4 = 16 rollouts, K = 5 turns
 
 
 def _method(fn, name="mine"):
@@ -51,3 +51,29 @@ def test_cli_fails_fast_with_the_reason(tmp_path, capsys):
         cli.main(["--tiny", "--tasks", "refine", "--out", str(tmp_path / "o"), "--credit", f"{bad}:mine"])
     assert e.value.code == 2
     assert "returned a list" in capsys.readouterr().err
+
+
+def test_a_shape_change_on_the_training_trace_is_refused_there():
+    # The first-batch check passes (first call: [B, K]); every later trace returns [B, K - 1]:
+    # the training program's trace refuses it by name (issue 44 item 6), at trace time, for free.
+    import jax
+    from flax import nnx
+
+    from benchmarks.lab import train as T
+
+    calls = []
+
+    def drifting(ctx, settings):
+        calls.append(1)
+        s = ctx.rollout.scores
+        return s if len(calls) == 1 else s[:, :-1]
+
+    m = _method(drifting)
+    cli.check_credit(m, CFG)  # passes: the one call it makes has the right shape
+    graphdef, state = T.init(CFG, jax.random.key(0))
+    model, _ = nnx.merge(graphdef, state)
+    pool, _ = T.E.split_targets(CFG.task)
+    ctx = T.make_context(model, jax.random.key(0), pool, CFG)._replace(model=None)
+    with pytest.raises(ValueError, match=r"--credit mine: in the training trace .* returned shape "
+                       r"\(16, 4\); expected \[B, K\] = \(16, 5\)"):
+        jax.eval_shape(lambda st, c: T.credit_phase(graphdef, st, c, m, CFG), state, ctx)

@@ -177,3 +177,13 @@ def test_committed_table_is_what_the_code_makes_from_the_committed_json():
     assert (X.RESULTS / "exact.md").read_text() == X.render(record) + "\n"
     assert set(record["mdps"]) == set(X.MDPS)
     assert set(record["methods"]) == {m.name for m in X.METHODS}
+
+
+def test_a_float32_zero_credit_is_a_zero_for_the_sign_accuracy():
+    # Issue 44 item 12: exactly-zero credit comes out of float32 as ±1e-8, whose np.sign matched
+    # A's sign half the time. By hand: credits 1e-8, -1e-8 and 0 are zero credits (wrong against
+    # any nonzero A); 0.5 against A = 0.1 agrees, -2e-6 (above the tolerance) against -0.3 too.
+    c = np.array([1e-8, -1e-8, 0.0, 0.5, -2e-6])
+    a = np.array([0.3, -0.2, 0.1, 0.1, -0.3])
+    np.testing.assert_array_equal(X.sign_agrees(c, a), [False, False, False, True, True])
+    assert X.CREDIT_ZERO == 1e-6

@@ -93,3 +93,15 @@ def test_committed_table_is_what_the_code_makes_from_the_committed_json():
     record = json.loads((O.RESULTS / "onestep.json").read_text())
     lab = json.loads(O.LAB_JSON.read_text())
     assert (O.RESULTS / "onestep.md").read_text() == O.render(record, lab) + "\n"
+
+
+def test_each_batch_has_its_own_evaluation_key(record):
+    # Issue 47 item 5: one key for every batch left the evaluation's noise out of the interval.
+    # Each batch's J_b(θ) is on its own key (4 episodes per target here: they differ), and the
+    # record says so; the mean J is their mean.
+    tr = record["tasks"]["probe"]
+    assert tr["eval_keys"] == "per batch"
+    for ck in tr["checkpoints"].values():
+        jb = np.asarray(ck["J_per_batch"])
+        assert jb.shape == (8,) and len(set(jb.tolist())) > 1
+        assert ck["J"] == pytest.approx(float(jb.mean()), abs=1e-6)

@@ -53,7 +53,9 @@ def test_verdict_line_names_grpo_the_best_and_the_exact_tier():
                         "mine": {"label": "yours: mine", "success": st([0.9, 0.85, 0.95, 0.9])},
                         "true_adv": {"label": "control", "success": st([1.0, 1.0, 1.0, 1.0])}},
             "kinds": {"true_adv": {"control": True}}}
-    (line,) = tables.verdicts({"tasks": {"refine": task}}, ["mine"])
+    line, advice = tables.verdicts({"tasks": {"refine": task}}, ["mine"])
+    # then the guide's advice for its pattern (better on refine, probe not run)
+    assert advice.startswith("advice yours: mine: helps on refinement like the score-change")
     assert line.startswith("verdict [refine] yours: mine: success 0.900")
     assert "vs GRPO +0.800" in line and "resolved: better" in line
     # The control is not "the best"; TCPO ties (the mean difference is 0 up to rounding).

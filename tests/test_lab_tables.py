@@ -62,3 +62,25 @@ def test_committed_ceiling_trains_on_credit_that_tracks_the_truth():
         assert 0.85 <= r16["mean"] < 0.999
         r1 = task["lab"]["credit"]["0"]["true_adv"]["pearson"]["mean"]
         assert r1 < r16["mean"]  # more branch pairs, less noise
+
+
+def test_the_verdict_ends_with_the_guides_advice():
+    # Issue 47 item 2: --credit's verdict gives the "Choosing a method" advice for the pattern of
+    # the method's resolved differences with GRPO (hand-made per-seed successes).
+    from benchmarks.lab import metrics as X
+
+    per = X.summarize
+
+    def task(mine):
+        return {"methods": {"grpo": {"label": "GRPO", "success": per([0.1, 0.2, 0.1, 0.2, 0.1, 0.2])},
+                            "mine": {"label": "yours", "success": per(mine)}}}
+
+    up, down, flat = [0.6, 0.7, 0.6, 0.7, 0.6, 0.7], [0.0] * 6, [0.1, 0.2, 0.2, 0.1, 0.1, 0.2]
+    rec = {"tasks": {"refine": task(up), "probe": task(down)}}
+    assert tables.advice(rec, "mine").startswith("advice yours: like the score-change methods")
+    rec = {"tasks": {"refine": task(flat), "probe": task(flat)}}
+    assert "not settled" in tables.advice(rec, "mine")
+    rec = {"tasks": {"refine": task(flat)}}
+    assert tables.advice(rec, "mine").endswith("not run on probe (docs/guides/credit-lab.md, "
+                                               "Choosing a method)")
+    assert tables.verdicts(rec, ["mine"])[-1].startswith("advice yours:")

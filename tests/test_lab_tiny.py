@@ -1,7 +1,7 @@
 """The credit lab at CI size: both tasks train, every method and control runs, the lab measures,
 and the controls check the lab (true advantage: correlation 1; shuffled credit: about 0).
 
-One ``--tiny`` run of the CLI is shared by the tests of this module (module fixture).
+One ``--preset smoke`` run of the CLI is shared by the tests of this module (module fixture).
 """
 
 import json
@@ -21,14 +21,15 @@ USER = "benchmarks/lab/example_credit.py:progress_credit"  # scored like a built
 @pytest.fixture(scope="module")
 def record(tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
-    assert cli.main(["--tiny", "--out", str(out), "--methods", ",".join(METHODS), "--credit", USER]) == 0
+    assert cli.main(["--preset", "smoke", "--out", str(out), "--methods", ",".join(METHODS),
+                     "--credit", USER]) == 0
     rec = json.loads((out / "lab.json").read_text())
     rec["_out"] = str(out)
     return rec
 
 
 def test_every_method_and_control_on_both_tasks(record):
-    seeds = cli.PRESETS["tiny"]["seeds"]
+    seeds = cli.PRESETS["smoke"]["seeds"]
     assert set(record["tasks"]) == {"probe", "refine"}
     for task in record["tasks"].values():
         assert set(task["methods"]) == set(METHODS) | {"progress_credit"}
@@ -132,3 +133,29 @@ def test_judges():
     rate = float(np.mean(flipped != many))
     assert abs(rate - 0.4) < 0.02  # a flip always changes the label
     assert set(np.unique(flipped)) == {0, 1, 2, 3}
+
+
+def test_tiny_is_a_first_answer_without_training():
+    # Issue 47 item 5: --tiny trains nothing (the tiers that resolve in seconds) and says that
+    # trained differences need the full run.
+    from benchmarks.lab import first
+
+    for cfg in cli.PRESETS["tiny"]["configs"].values():
+        assert cfg.steps == 0 and cfg.checkpoints == (0,)
+    # A hand-made step-0 record: MT-GRPO's Pearson is GRPO's + 0.1 on every seed (resolved), the
+    # one-step Δ differs by +0.01 on every batch but one (+0.03): mean +0.0125, resolved.
+    per = lambda v: {"per_seed": v, "mean": float(np.mean(v))}  # noqa: E731
+    record = {"tasks": {"refine": {
+        "methods": {"grpo": {"label": "GRPO"}, "mt_grpo": {"label": "MT-GRPO"}},
+        "lab": {"credit": {"0": {"grpo": {"pearson": per([0.1, 0.2, 0.3, 0.4])},
+                                 "mt_grpo": {"pearson": per([0.2, 0.3, 0.4, 0.5])}}}}}}}
+    g = [0.0, 0.01, 0.02, 0.03, 0.0, 0.01, 0.02, 0.03]
+    one = {"tasks": {"refine": {"alphas": [0.3], "checkpoints": {"0": {"methods": {
+        "grpo": {"delta": [g]},
+        "mt_grpo": {"delta": [[x + (0.03 if i == 0 else 0.01) for i, x in enumerate(g)]]}}}}}}}
+    lines = first.answer(record, one, {"mt_grpo": {"delayed": (1.0, 0.75)}}, ["grpo", "mt_grpo"])
+    assert "NOT measured here" in lines[0] and "make demo" in lines[0]
+    assert lines[1].startswith("first answer [refine] MT-GRPO vs GRPO: step-0 Pearson with A* "
+                               "minus GRPO's +0.10 [+0.10, +0.10] (resolved) over 4 seeds")
+    assert "one-step Δ(α=0.3) minus GRPO's +0.0125" in lines[1] and "(resolved; 8 batches" in lines[1]
+    assert lines[1].endswith("exact tier (uniform policy) cos / sign: delayed +1.00 / 0.75")

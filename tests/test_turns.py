@@ -544,3 +544,145 @@ def _():
 @pytest.mark.parametrize("name", sorted(probe))
 def test_bad_input(name):
     probe[name]()
+
+
+# --------------------------------------------------------------------------------------------
+# broadcast_to_turns, token_turn_from_layout, credit (issue 47: what a user's own loop needs)
+# --------------------------------------------------------------------------------------------
+
+
+def test_broadcast_to_turns_golden():
+    # Row 0 has 2 real turns, row 1 one, row 2 none (its NaN value is padding): by hand.
+    values = jnp.array([0.5, -1.0, jnp.nan])
+    mask = jnp.array([[True, True, False], [True, False, False], [False, False, False]])
+    out = credax.broadcast_to_turns(values, mask)
+    np.testing.assert_array_equal(np.asarray(out), [[0.5, 0.5, 0.0], [-1.0, 0.0, 0.0],
+                                                    [0.0, 0.0, 0.0]])
+    assert out.dtype == jnp.float32
+    # Integer input becomes float32; the shapes are checked by name.
+    assert credax.broadcast_to_turns(jnp.array([2]), jnp.array([[True]])).dtype == jnp.float32
+    with pytest.raises(ValueError, match="turn_mask"):
+        credax.broadcast_to_turns(jnp.zeros(2), jnp.ones((3, 2), bool))
+    with pytest.raises(ValueError, match="values"):
+        credax.broadcast_to_turns(jnp.zeros((2, 1)), jnp.ones((2, 2), bool))
+
+
+def _layout_loop(prompt, action, env, num_tokens):
+    """The layout written out token by token (an independent Python reference)."""
+    out = np.full((len(action), num_tokens), -1, np.int32)
+    for b in range(len(action)):
+        tags = [-1] * int(np.broadcast_to(prompt, (len(action),))[b])
+        for k in range(len(action[b])):
+            tags += [k] * int(action[b][k]) + [-1] * int(env[b][k])
+        tags = (tags + [-1] * num_tokens)[:num_tokens]
+        out[b] = tags
+    return out
+
+
+def test_token_turn_from_layout_golden():
+    # Row 0: 2 prompt tokens, turn 0 = 2 action + 1 env, turn 1 = 1 action + 2 env, then pad:
+    #   positions 0 1 | 2 3 | 4 | 5 | 6 7 | 8 9  ->  -1 -1 0 0 -1 1 -1 -1 -1 -1
+    # Row 1: 1 prompt token, turn 0 has no action (a padded turn) but 2 env tokens, turn 1 = 3
+    #   action tokens cut at T = 10 after 4 + 3 = 7 tokens: -1 | -1 -1 | 1 1 1 | -1 x4
+    prompt = jnp.array([2, 1])
+    action = jnp.array([[2, 1], [0, 3]])
+    env = jnp.array([[1, 2], [2, 0]])
+    out = credax.token_turn_from_layout(prompt, action, env, num_tokens=10)
+    want = [[-1, -1, 0, 0, -1, 1, -1, -1, -1, -1], [-1, -1, -1, 1, 1, 1, -1, -1, -1, -1]]
+    np.testing.assert_array_equal(np.asarray(out), want)
+    assert out.dtype == jnp.int32
+    # Truncation: T = 4 cuts row 0 inside turn 0's action.
+    np.testing.assert_array_equal(
+        np.asarray(credax.token_turn_from_layout(prompt, action, env, num_tokens=4)),
+        [[-1, -1, 0, 0], [-1, -1, -1, 1]])
+    # A scalar prompt length serves every row.
+    np.testing.assert_array_equal(
+        np.asarray(credax.token_turn_from_layout(2, action[:1], env[:1], num_tokens=10)), want[:1])
+
+
+def test_token_turn_from_layout_matches_the_loop_and_runs_in_the_graph():
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, 4, size=6)
+    action = rng.integers(0, 4, size=(6, 3))
+    env = rng.integers(0, 3, size=(6, 3))
+    for num_tokens in (0, 5, 30):
+        got = credax.token_turn_from_layout(prompt, action, env, num_tokens=num_tokens)
+        np.testing.assert_array_equal(np.asarray(got), _layout_loop(prompt, action, env, num_tokens))
+    # Inside jit and vmap on traced lengths (one row per vmapped instance): the same map.
+    f = jax.jit(jax.vmap(lambda p, a, e: credax.token_turn_from_layout(
+        p[None], a[None], e[None], num_tokens=30)[0]))
+    np.testing.assert_array_equal(np.asarray(f(prompt, action, env)),
+                                  _layout_loop(prompt, action, env, 30))
+    # The map broadcast_to_tokens reads: each action token gets its turn's value.
+    tt = credax.token_turn_from_layout(prompt, action, env, num_tokens=30)
+    vals = jnp.arange(18, dtype=jnp.float32).reshape(6, 3) + 1
+    tok = np.asarray(credax.broadcast_to_tokens(vals, tt))
+    assert np.array_equal(tok != 0, np.asarray(tt) >= 0)
+
+
+def test_token_turn_from_layout_refuses_bad_layouts_by_name():
+    a = np.array([[1, 2]])
+    with pytest.raises(ValueError, match="`env_lengths` must be >= 0"):
+        credax.token_turn_from_layout(np.array([1]), a, np.array([[0, -1]]), num_tokens=5)
+    with pytest.raises(ValueError, match="prompt_lengths"):
+        credax.token_turn_from_layout(np.array([1, 2]), a, a, num_tokens=5)
+    with pytest.raises(ValueError, match="env_lengths"):
+        credax.token_turn_from_layout(np.array([1]), a, np.array([[1, 2, 3]]), num_tokens=5)
+    with pytest.raises(TypeError, match="action_lengths"):
+        credax.token_turn_from_layout(np.array([1]), a.astype(np.float32), a, num_tokens=5)
+    with pytest.raises((TypeError, ValueError), match="num_tokens"):
+        credax.token_turn_from_layout(np.array([1]), a, a, num_tokens=-1)
+
+
+def _credit_batch(**fields):
+    base = dict(
+        scores=np.array([[0.2, 1.0, 0.0], [0.5, 0.0, 0.0], [0.0, 0.5, 1.0]], np.float32),
+        turn_mask=np.array([[True, True, False], [True, False, False], [True, True, True]]),
+        group_ids=np.array([7, 7, 7]), rewards=np.array([1.0, 0.0, 0.5], np.float32),
+        roles=np.array([[0, 0, -1], [2, -1, -1], [1, 2, 0]]),
+        token_turn=np.array([[0, 1, -1], [0, -1, -1], [0, 1, 2]]))
+    return credax.TurnBatch(**{**base, **fields})
+
+
+def test_credit_broadcasts_row_methods_to_turns():
+    # RLOO by hand: each rollout's reward minus the mean of the other two:
+    #   1 - (0 + 0.5)/2 = 0.75, 0 - (1 + 0.5)/2 = -0.75, 0.5 - (1 + 0)/2 = 0
+    out = credax.credit(_credit_batch(), "rloo")
+    np.testing.assert_allclose(np.asarray(out), [[0.75, 0.75, 0], [-0.75, 0, 0], [0, 0, 0]],
+                               atol=1e-7)
+    # Dr. GRPO (no std): reward minus the group mean 0.5 -> 0.5, -0.5, 0 on the real turns.
+    dr = credax.credit(_credit_batch(), "grpo", normalization=credax.Normalization(scale="none"))
+    np.testing.assert_allclose(np.asarray(dr), [[0.5, 0.5, 0], [-0.5, 0, 0], [0, 0, 0]], atol=1e-7)
+    # The full name is the same method.
+    np.testing.assert_array_equal(np.asarray(credax.credit(_credit_batch(), "rloo_advantages")),
+                                  np.asarray(out))
+
+
+def test_credit_turn_methods_and_options():
+    b = _credit_batch(turn_rewards=np.array([[0.2, 0.8, 0], [0.5, 0, 0], [0, 0.5, 0.5]], np.float32))
+    # Role credit with lam = 0.5 on top of GRPO: row 0 is decisive twice (+1 each),
+    #   0.5 + 0.5 * 1 = 1.0 on both turns; row 1 no-progress (-0.1): -0.5 - 0.05 = -0.55;
+    #   row 2 exploration, no-progress, decisive: 0 + 0.5 * (0.5, -0.1, 1).
+    grpo = np.asarray(credax.credit(b, "grpo"))
+    tri = np.asarray(credax.credit(b, "triage", lam=0.5))
+    role = np.array([[1.0, 1.0, 0], [-0.1, 0, 0], [0.5, -0.1, 1.0]])
+    np.testing.assert_allclose(tri, grpo + 0.5 * role, atol=1e-6)
+    # Every accepted method gives [B, K] with exact zeros at masked turns, under jit too.
+    for method in ("tcpo", "mt_grpo", "unbiased_turn", "gpg", "shrinkage_advantages",
+                   "retrospective_credit", "hindsight_credit", "role_credit", "redistribute"):
+        out = jax.jit(lambda x, m=method: credax.credit(x, m))(b)
+        assert out.shape == (3, 3), method
+        assert np.all(np.asarray(out)[~b.turn_mask] == 0), method
+
+
+def test_credit_refuses_by_name():
+    b = _credit_batch()
+    with pytest.raises(ValueError, match="unknown credit method 'gdpo'.*grpo"):
+        credax.credit(b, "gdpo")  # its registry call has stand-ins: not offered
+    with pytest.raises(ValueError, match=r"needs TurnBatch\.turn_rewards"):
+        credax.credit(b, "mt_grpo")
+    with pytest.raises(TypeError, match="`batch` must be a credax.TurnBatch"):
+        credax.credit(dict(b._asdict()), "grpo")
+    with pytest.raises(TypeError, match="`method`"):
+        credax.credit(b, credax.grpo_advantages)
+    assert credax.credit_methods()["tcpo"] == "tcpo_advantages"

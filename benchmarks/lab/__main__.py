@@ -3,7 +3,8 @@
     python -m benchmarks.lab            # make demo: both tasks, every method + 2 controls;
                                         # the headline methods 20 seeds, the rest 5
     python -m benchmarks.lab --full     # 10 seeds, longer training
-    python -m benchmarks.lab --tiny     # a smoke run: 4 methods, about a minute of CPU
+    python -m benchmarks.lab --tiny     # a first answer in about a minute: no training
+    python -m benchmarks.lab --preset smoke   # the smallest training run (tests/test_lab_tiny.py)
     python -m benchmarks.lab --preset oracle   # the true-advantage ceiling at N = 1, 4, 16
     python -m benchmarks.lab --credit mymodule:my_credit --tasks refine   # score your method
 
@@ -23,7 +24,6 @@ import json
 import os
 import pathlib
 import pickle
-import platform
 import sys
 import threading
 import time
@@ -78,7 +78,7 @@ PRESETS = {
     ),
     # Smoke size: four methods, the lab at steps 0 and 20 (the others with --methods;
     # tests/test_lab_tiny.py runs every one). Compilation is most of its cost.
-    "tiny": dict(
+    "smoke": dict(
         methods=("grpo", "triage", "true_adv", "shuffled"),
         configs={
             "probe": Config(task=E.Task(length=2, alphabet=4, turns=5), hidden=32, prompts=4,
@@ -100,6 +100,16 @@ ORACLE_METHODS = ("grpo", "dr_grpo", "rloo", "shrink", "shrink_rloo", "value", "
 # whose one ordering (TCPO + hindsight above GRPO) is resolved at its seed count, so a fresh run
 # on any machine must find it again; its committed run is benchmarks/lab/results/ci/lab.json.
 CI_METHODS = ("grpo", "tcpo_hindsight")
+# --tiny: the first answer (issue #47 item 5), no training: the smoke sizes' step-0 lab (each
+# method's credit against the true advantage, 4 seeds), then the exact tier and the one-step
+# measure at the initial policy for the same methods (first_answer). Trained differences need the
+# full run; --tiny says so.
+TINY_METHODS = ("grpo", "mt_grpo", "triage", "tcpo_hindsight", "shuffled")
+PRESETS["tiny"] = dict(
+    methods=TINY_METHODS, seeds=4,
+    configs={k: dataclasses.replace(c, steps=0, checkpoints=(0,))
+             for k, c in PRESETS["smoke"]["configs"].items()},
+)
 PRESETS["ci"] = dict(
     methods=CI_METHODS, seeds=12,
     configs={"refine": Config(task=R.RefineTask(length=3, alphabet=4, turns=6), hidden=32, prompts=8,
@@ -227,17 +237,6 @@ def seed_counts(methods, seeds: int, headline=(), rest: int | None = None) -> tu
     return tuple(seeds if m.name in headline else min(rest, seeds) for m in methods)
 
 
-def cpu_model() -> str | None:
-    """The processor's model name (Linux), recorded with a run: trained outcomes are only
-    distributionally reproducible across processors (docs/guides/credit-lab.md)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                        None)
-    except OSError:
-        return platform.processor() or None
-
-
 def run_task(name: str, cfg: Config, methods, seeds, t0: float, raw: pathlib.Path | None = None,
              counts: tuple[int, ...] | None = None) -> dict:
     """Train and measure one task; return its JSON record. ``raw``: a pickle of the host-side
@@ -341,11 +340,22 @@ def task_record(name, cfg, methods, runs) -> dict:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--tier" in argv:  # the transformer tier has its own options (benchmarks/lab/lm.py)
+        i = argv.index("--tier")
+        tier = argv[i + 1] if i + 1 < len(argv) else None
+        if tier != "lm":
+            raise SystemExit(f"--tier: unknown tier {tier!r}; the one tier is 'lm'")
+        from . import lm
+
+        return lm.main(argv[:i] + argv[i + 2:])
     p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="10 seeds, 400 steps")
-    size.add_argument("--tiny", action="store_true", help="a smoke run: 4 methods, both tasks, tiny "
-                      "sizes (about a minute of CPU, most of it compilation)")
+    size.add_argument("--tiny", action="store_true", help="a first answer without training (about "
+                      "a minute on 2 cores): each method's step-0 credit against the true advantage, "
+                      "the exact tier and the one-step measure at the initial policy; trained "
+                      "differences need the full run")
     size.add_argument("--preset", choices=sorted(PRESETS), default=None,
                       help="a named preset (oracle: the true-advantage ceiling at N = 1, 4, 16)")
     every = {**METHODS, **VARIANTS}
@@ -476,11 +486,14 @@ def main(argv=None) -> int:
         "seeds": seeds,
         "tasks": {t: results[t] for t in tasks},
         "timing": timing,
-        "environment": {"jax": jax.__version__, "platform": jax.devices()[0].platform,
-                        "cpu": cpu_model(),
-                        "cpu_count": os.cpu_count(), "python": platform.python_version()},
+        "environment": report.environment(),
         "command": command,
     }
+    first_lines = []
+    if preset == "tiny":  # the first answer: one-step and the exact tier beside the step-0 lab
+        from . import first
+
+        first_lines, record["first_answer"] = first.run(record, configs, methods, user, log=say)
     report.write_json(out / "lab.json", record)
     for t in tasks:
         report.plot_task(out / f"lab-{t}.png", record["tasks"][t], tables.seed_note(record))
@@ -495,11 +508,14 @@ def main(argv=None) -> int:
     exact_rows = {m.name: exact_tier_rows(m) for m in user}
     summary = {n: (f"{len(rows)} rows below" if rows and not rows[0].startswith("cannot") else
                    (rows[0] if rows else None)) for n, rows in exact_rows.items()}
-    for line in tables.verdicts(record, [m.name for m in user], summary):
-        print(line)
+    if preset != "tiny":  # --tiny trains nothing: its first answer (above) is the verdict
+        for line in tables.verdicts(record, [m.name for m in user], summary):
+            print(line)
     for rows in exact_rows.values():
         for line in rows:
             print(line)
+    for line in first_lines:
+        print(line)
     print(f"wrote {out / 'lab.json'}, " + ", ".join(str(out / f"lab-{t}.png") for t in tasks)
           + f", {out / 'lab-seeds.png'}, {out / 'lab-credit.png'}, {out / 'lab-predict.png'}")
     return 0

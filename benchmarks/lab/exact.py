@@ -33,8 +33,8 @@ ascent whose J is half-way from the uniform policy's to where the ascent levels 
 - identification against the exact ``A(s_k, a_k)`` over every turn of every batch, weighted by
   the batch's probability: ``rmse`` (in the return's units; meaningful for the unscaled methods),
   Pearson ``rho``, ``sign`` (share of turns with ``A ≠ 0`` whose credit has A's sign, a zero
-  credit counting as wrong), ``zero_mass`` (share of the credit's absolute mass on turns with
-  ``A = 0``);
+  credit, ``|credit| <= CREDIT_ZERO = 1e-6``, counting as wrong), ``zero_mass`` (share of the
+  credit's absolute mass on turns with ``A = 0``);
 - the expected gradient ``E[ĝ]``, ``ĝ = Σ_{b,k} Â_{b,k}·∇log π(a_{b,k} | o_{b,k}) / n`` with the
   method's own aggregation (``n`` = the batch's turn count for the lab's ``token-mean``, ``G·K``
   for Dr. GRPO's ``seq-mean-token-sum-norm``; one token per turn here): ``cos`` its cosine with
@@ -575,6 +575,21 @@ def batch_credit(tier: Tier, credit: Callable) -> np.ndarray:
     return np.concatenate(out)
 
 
+# A credit of absolute value at most CREDIT_ZERO is a zero credit for the sign accuracy. The
+# credit is float32: a method whose exact credit is 0 on a turn (a z-score of equal values, a
+# difference of equal returns) comes out as ±1e-8 or so, and np.sign of that is a coin flip that
+# would count as agreement half the time. 1e-6 is 16 float32 ulps of 1 (credit here is O(0.1-1):
+# scores in [0, 1], z-scores of a few rows) and far below any credit a method means.
+CREDIT_ZERO = 1e-6
+
+
+def sign_agrees(credit: np.ndarray, adv: np.ndarray) -> np.ndarray:
+    """``bool``: the credit has the exact advantage's sign; a credit within ``CREDIT_ZERO`` of 0
+    is a zero credit and agrees with no nonzero advantage."""
+    c = np.where(np.abs(credit) <= CREDIT_ZERO, 0.0, credit)
+    return np.sign(c) == np.sign(adv)
+
+
 def scores(tier: Tier, credit: np.ndarray, agg: str) -> dict:
     """The identification and expected-gradient scores of one method's credit on every batch."""
     idx, w = tier.bt.idx, tier.bt.prob
@@ -589,8 +604,7 @@ def scores(tier: Tier, credit: np.ndarray, agg: str) -> dict:
     den = np.sqrt(mean(ca * ca) * mean(aa * aa))
     rho = mean(ca * aa) / den if den > 0 else float("nan")
     nz = mask & (np.abs(a) > TOL)
-    sign = float(np.sum(np.where(nz, wt, 0.0) * (np.sign(c) == np.sign(a))) /
-                 np.sum(np.where(nz, wt, 0.0)))
+    sign = float(np.sum(np.where(nz, wt, 0.0) * sign_agrees(c, a)) / np.sum(np.where(nz, wt, 0.0)))
     absmass = np.sum(wt * np.abs(c))
     zero = mask & (np.abs(a) <= TOL)
     zero_mass = float(np.sum(np.where(zero, wt * np.abs(c), 0.0)) / absmass) if absmass > 0 \
@@ -690,7 +704,8 @@ def render(record: dict) -> str:
     """The tier's markdown tables from its JSON record (what ``results/exact/exact.md`` holds)."""
     out = [f"Exact tier: every ordered group of G = {record['group']} trajectories of one prompt "
            "enumerated with its probability. RMSE in the return's units; sign accuracy over turns "
-           "with A ≠ 0; mass on A=0: share of |credit| on turns whose exact advantage is 0; cos: "
+           f"with A ≠ 0 (a credit within {CREDIT_ZERO:g} of 0 is zero: wrong); mass on A=0: "
+           "share of |credit| on turns whose exact advantage is 0; cos: "
            "the expected gradient (the method's aggregation) against ∇J; cos, Σ/G and bias "
            "(‖E ĝ − ∇J‖/‖∇J‖): the sequence-sum form; SNR = ‖E ĝ‖² / E‖ĝ − E ĝ‖².", ""]
     head = "| method | " + " | ".join(t for _, t, _ in COLUMNS) + " |"
@@ -777,6 +792,9 @@ def main(argv=None) -> int:
         p.error(f"--group must be 2, 3 or 4 (every batch is enumerated); got {args.group}")
     t0, c0 = time.perf_counter(), time.process_time()
     record = run(args.group, mdps, log=lambda s: print(s, flush=True))
+    from .report import environment
+
+    record["environment"] = environment()
     record["timing"] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     record["command"] = "python -m benchmarks.lab.exact " + " ".join(
         sys.argv[1:] if argv is None else argv)

@@ -10,15 +10,18 @@ programs driven step by step), each method's credit on a batch ``b`` gives its p
 ``ĝ_b`` (the gradient of the lab's clipped policy loss at ``θ_old = θ``, where the ratio is 1 and
 the loss is ``−Σ Â·log π / n``, ``n`` the method's aggregation count; no value loss), and
 
-    Δ(α) = E_b[ J(θ + α·ĝ_b / ‖ĝ_b‖) ] − J(θ)
+    Δ(α) = E_b[ J_b(θ + α·ĝ_b / ‖ĝ_b‖) − J_b(θ) ]
 
 for step lengths ``α`` in parameter space (unit-normalised: the measure compares directions, not
-the methods' arbitrary advantage scales; a zero gradient takes no step). ``J`` is the mean
+the methods' arbitrary advantage scales; a zero gradient takes no step). ``J_b`` is the mean
 held-out return (what every method maximises) on every evaluation target, ``repeats`` episodes
-each, with one fixed key: the same episodes' random numbers for every method, every ``α`` and
-``θ`` itself (common random numbers). The batches are the same for every method (same rollouts,
-same keys): the per-batch differences between two methods are paired, and the intervals are 95 %
-t-intervals over the batches (of the mean, and of the paired difference with GRPO).
+each, with batch ``b``'s own evaluation key: the same episodes' random numbers for every method,
+every ``α`` and ``θ`` itself on that batch (common random numbers), another key on each batch, so
+the t-interval over batches holds the evaluation's noise too (issue #47: with one key for every
+batch, each absolute Δ moved by more than its interval from one key to another). The batches are
+the same for every method (same rollouts, same keys): the per-batch differences between two
+methods are paired, and the intervals are 95 % t-intervals over the batches (of the mean, and of
+the paired difference with GRPO).
 
 :func:`predict` then asks, from the lab's JSON (``results/lab.json``; the lead refreshes it with
 the 20-seed run): which step-0 credit metrics rank the methods as this measure at the initial
@@ -168,7 +171,7 @@ class Programs:
         self.batch = jax.jit(jax.vmap(batch, in_axes=(None, 0)), compiler_options=SAMPLING)
         self.credits = jax.jit(jax.vmap(credits, in_axes=(None, 0)), compiler_options=COLD)
         self.ret = jax.jit(ret, compiler_options=SAMPLING)
-        self.improve = jax.jit(jax.vmap(improve, in_axes=(None, 0, 0, None, None, None)),
+        self.improve = jax.jit(jax.vmap(improve, in_axes=(None, 0, 0, None, 0, 0)),
                                compiler_options=HOT)
 
 
@@ -177,7 +180,9 @@ def measure(setup: Setup, methods: tuple[Method, ...] = DEFAULT_METHODS, log=Non
     states = reference_states(setup)
     prog = Programs(setup, methods, nnx.split(next(iter(states.values())))[0])
     key = jax.random.fold_in(jax.random.key(setup.seed), 12345)
-    k_eval = jax.random.fold_in(key, 0)
+    # One evaluation key per batch (shared by every method, α and θ on that batch).
+    k_eval = jax.random.split(jax.random.fold_in(key, 0), setup.batches)
+    ret_each = jax.vmap(prog.ret, in_axes=(None, 0))
     out = {}
     for step, model in states.items():
         t0 = time.process_time()
@@ -185,15 +190,16 @@ def measure(setup: Setup, methods: tuple[Method, ...] = DEFAULT_METHODS, log=Non
         keys = jax.random.split(jax.random.fold_in(key, 1 + step), setup.batches)
         ctx = prog.batch(state, keys)
         adv = np.asarray(prog.credits(state, ctx))  # [n, M, B, K]
-        j0 = prog.ret(state, k_eval)
+        j0 = ret_each(state, k_eval)  # J_b(θ), [n]
         rows = {}
         for i, m in enumerate(methods):
             dr = jnp.asarray(m.agg == "seq-mean-token-sum-norm")
             delta = np.asarray(prog.improve(state, ctx, jnp.asarray(adv[:, i]), dr, k_eval, j0))
             rows[m.name] = {"label": m.label, "delta": delta.T.tolist()}  # [alpha][batch]
-        out[str(step)] = {"J": float(j0), "methods": rows}
+        out[str(step)] = {"J": float(jnp.mean(j0)), "J_per_batch": np.asarray(j0).tolist(),
+                          "methods": rows}
         if log:
-            log(f"  step {step}: J = {float(j0):.4f}, {time.process_time() - t0:.0f} CPU s")
+            log(f"  step {step}: J = {float(jnp.mean(j0)):.4f}, {time.process_time() - t0:.0f} CPU s")
     return out
 
 
@@ -328,7 +334,7 @@ def render(record: dict, lab: dict | None = None) -> str:
     """The measure's markdown tables from its JSON record, and the prediction tables from the
     lab's JSON (``lab``; none: left out)."""
     summ = summarize(record)
-    out = ["One-step expected improvement Δ(α) = E_b[J(θ + α·ĝ_b/‖ĝ_b‖)] − J(θ) of the held-out "
+    out = ["One-step expected improvement Δ(α) = E_b[J_b(θ + α·ĝ_b/‖ĝ_b‖) − J_b(θ)] of the held-out "
            "return, mean over the batches with its 95 % t-interval; \"vs GRPO\": the paired "
            "difference with GRPO on the same batches (bold: the interval excludes 0).", ""]
     for task, tr in record["tasks"].items():
@@ -336,7 +342,11 @@ def render(record: dict, lab: dict | None = None) -> str:
             pol = "the initial policy" if step == "0" else f"GRPO's policy after {step} steps"
             out += [f"### {task}: {pol}", "",
                     f"J(θ) = {ck['J']:.4f}; {tr['batches']} batches of {tr['batch_rows']} rollouts; "
-                    f"held-out evaluation {tr['eval_episodes']} episodes with one fixed key.", ""]
+                    f"held-out evaluation {tr['eval_episodes']} episodes "
+                    + ("with a key per batch (the interval holds the evaluation's noise)."
+                       if tr.get("eval_keys") == "per batch" else "with one fixed key.")
+                    + (f" J(θ) over the batches' keys: {min(ck['J_per_batch']):.4f} to "
+                       f"{max(ck['J_per_batch']):.4f}." if "J_per_batch" in ck else ""), ""]
             head = "| method | " + " | ".join(
                 f"Δ(α={a}) | vs GRPO (α={a})" for a in tr["alphas"]) + " |"
             out += [head, "|" + "---|" * (1 + 2 * len(tr["alphas"]))]
@@ -425,6 +435,7 @@ def run(setups: dict[str, Setup], methods=DEFAULT_METHODS, log=None) -> dict:
             "checkpoints_of": "the lab's seed-0 GRPO run", "seed": setup.seed,
             "alphas": list(setup.alphas), "batches": setup.batches,
             "batch_rows": cfg.prompts * cfg.group, "eval_episodes": n_eval * setup.repeats,
+            "eval_keys": "per batch",
             "checkpoints": measure(setup, methods, log)}
     return record
 
@@ -449,6 +460,9 @@ def main(argv=None) -> int:
               dataclasses.replace(setups[t], batches=args.batches) for t in tasks}
     t0, c0 = time.perf_counter(), time.process_time()
     record = run(chosen, log=lambda s: print(s, flush=True))
+    from .report import environment
+
+    record["environment"] = environment()
     record["timing"] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                         "note": "process CPU time, compilation included"}
     record["command"] = "python -m benchmarks.lab.onestep " + " ".join(

@@ -29,6 +29,62 @@ METRICS = [
 ]
 
 
+# The environment variables that can change how XLA compiles or how many threads run (recorded
+# with every run, issue #47 item 3): the committed demo run of round #35 did not record them.
+ENV_VARS = ("XLA_FLAGS", "GLIBC_TUNABLES", "JAX_PLATFORMS", "JAX_ENABLE_X64", "JAX_DEFAULT_MATMUL_PRECISION",
+            "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL",
+            "LD_PRELOAD", "MALLOC_ARENA_MAX")
+# What must match for a committed run to be reproducible value for value (the machine record;
+# tests/test_lab_ci.py compares the trained values only where it matches). XLA_FLAGS is not in
+# it: the suite's two flags (conftest.py) leave the ci preset's 48 trained values unchanged
+# (measured, docs/guides/credit-lab.md), and the lab's programs set their own optimisation level.
+MATCH = ("jax", "jaxlib", "numpy", "flax", "optax", "python", "cpu", "cpu_isa")
+
+
+def environment() -> dict:
+    """The run's environment: package versions, the processor, the threads the process may use,
+    the C library, and every environment variable of :data:`ENV_VARS` that is set."""
+    import os
+    import platform
+
+    import flax
+    import jax
+    import jaxlib
+    import optax
+
+    cpu, isa = None, None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if cpu is None and line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                if isa is None and line.startswith("flags"):
+                    # The vector extensions XLA's CPU code generation targets (it compiles for
+                    # the host's features): the same model name can hide a different set in a VM.
+                    isa = " ".join(sorted(f for f in line.split(":", 1)[1].split()
+                                          if f.startswith(("avx", "fma", "amx", "sse4"))))
+    except OSError:
+        cpu = platform.processor() or None
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {
+        "jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__,
+        "flax": flax.__version__, "optax": optax.__version__,
+        "python": platform.python_version(), "platform": jax.devices()[0].platform,
+        "cpu": cpu, "cpu_isa": isa, "cpu_count": os.cpu_count(), "cpus_allowed": affinity,
+        "libc": " ".join(platform.libc_ver()).strip() or None, "kernel": platform.release(),
+        "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
+    }
+
+
+def machine_match(a: dict | None, b: dict | None) -> list[str]:
+    """The :data:`MATCH` fields on which two environment records differ (a missing one counts)."""
+    a, b = a or {}, b or {}
+    return [k for k in MATCH if a.get(k) is None or a.get(k) != b.get(k)]
+
+
 def fmt(stat: dict, pattern: str) -> str:
     """``mean [lo, hi]`` of a ``metrics.summarize`` record; ``—`` when there is no value."""
     if stat is None or stat.get("mean") is None:

@@ -642,7 +642,54 @@ def verdicts(record, names, exact=None) -> list[str]:
                 parts.append(_verdict_part(task, name, best, f"the best, {task['methods'][best]['label']},"))
             parts.append("exact tier: " + ((exact or {}).get(name) or "not run"))
             lines.append(f"verdict [{t}] {m['label']}: " + "; ".join(parts))
+    lines += [advice(record, name) for name in names]
     return lines
+
+
+# The guide's "Choosing a method" (docs/guides/credit-lab.md), one sentence per pattern of a
+# method's verdicts against GRPO on the two tasks: (refine, probe) each "better", "worse" or "tie".
+ADVICE = {
+    ("better", "better"): "above GRPO on both tasks: no built-in method of the demo is (TCPO + "
+    "hindsight and MT-GRPO win refine and lose probe, TRIAGE wins probe and ties MT-GRPO on "
+    "refine); check the exact tier's cosines before trusting it",
+    ("better", "worse"): "like the score-change methods (TCPO + hindsight, MT-GRPO): use it where "
+    "a verifier scores every turn (refinement); where turns gather information that no score "
+    "rewards, pay for exploration instead (TRIAGE with a judge that labels it, or an "
+    "exploration bonus)",
+    ("better", "tie"): "helps on refinement like the score-change methods, not settled on "
+    "information gathering at these seeds",
+    ("worse", "better"): "like TRIAGE / the exploration bonus on probe: it pays for "
+    "information-gathering turns; on refinement the score-change methods are ahead",
+    ("tie", "better"): "pays for information-gathering turns (probe) like TRIAGE; not settled on "
+    "refinement at these seeds",
+}
+
+
+def advice(record, name) -> str:
+    """One line: what the method's verdicts against GRPO say about when to use it, in the words
+    of the guide's "Choosing a method" section (``ADVICE``), or "not settled"."""
+    state = {}
+    for t in ("refine", "probe"):
+        task = record["tasks"].get(t)
+        if task is None or "grpo" not in task["methods"] or name not in task["methods"]:
+            continue
+        d = _paired_difference(task["methods"][name]["success"], task["methods"]["grpo"]["success"])
+        state[t] = ("tie" if d["mean"] is None or not d["resolved"] else
+                    "better" if d["mean"] > 0 else "worse")
+    label = next((task["methods"][name]["label"] for task in record["tasks"].values()
+                  if name in task["methods"]), name)
+    key = (state.get("refine", "tie"), state.get("probe", "tie"))  # not run: nothing resolved
+    missing = [t for t in ("refine", "probe") if t not in state]
+    if key in ADVICE:
+        text = ADVICE[key]
+    elif "better" not in key and "worse" in key:
+        text = "below GRPO where resolved: GRPO (or RLOO, unbiased in the exact tier) is the safer choice"
+    else:
+        text = ("not settled: no difference with GRPO resolved at these seeds (the lines above give "
+                "the seeds a resolution would need)")
+    if missing:
+        text += f"; not run on {', '.join(missing)}"
+    return f"advice {label}: {text} (docs/guides/credit-lab.md, Choosing a method)"
 
 
 def ci_records():

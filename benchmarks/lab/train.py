@@ -236,7 +236,26 @@ def credit_phase(graphdef, state, ctx: Context, method: Method, cfg: Config) -> 
     """``f32[B, K]``: ``method``'s per-turn advantages on the batch (the model put back for the
     methods that resample from the policy: TCPO's counterfactuals, the true-advantage control)."""
     model, _ = nnx.merge(graphdef, state)
-    return jax.lax.stop_gradient(method.credit(ctx._replace(model=model), cfg.settings))
+    out = method.credit(ctx._replace(model=model), cfg.settings)
+    check_credit_shape(out, ctx.rollout.scores.shape, method.name)
+    return jax.lax.stop_gradient(out)
+
+
+def check_credit_shape(out, shape, name: str) -> None:
+    """At trace time (free: shapes and dtypes are static), refuse a credit that is not one float
+    array of ``shape``: ``--credit``'s check runs the function once, on one batch, and a function
+    whose output changes on training's trace (Python state, a branch on a field the check's batch
+    did not have) would otherwise end in a JAX broadcasting traceback minutes later."""
+    where = (f"--credit {name}: in the training trace (one instance: B={shape[0]} rollouts, "
+             f"K={shape[1]} turns)")
+    if isinstance(out, list | tuple) or not hasattr(out, "shape") or not hasattr(out, "dtype"):
+        raise ValueError(f"{where} it returned a {type(out).__name__}; return one array f32[B, K]")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{where} it returned shape {tuple(out.shape)}; expected [B, K] = "
+                         f"{tuple(shape)} (the first-batch check passed: does the output depend on "
+                         "Python state or on a field that differs between calls?)")
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(f"{where} it returned dtype {out.dtype}; expected a float dtype (float32)")
 
 
 def update_phase(graphdef, state, ctx: Context, adv, dr_norm, uses_value, cfg: Config):
@@ -469,7 +488,7 @@ class Runner:
         bounds = np.cumsum((0,) + tuple(counts))
         k_init, k_train, k_eval, k_lab = (fold(keys, i) for i in range(4))
         total = cfg.steps if steps is None else steps
-        chunks = max(1, total // cfg.eval_every)
+        chunks = 0 if total == 0 else max(1, total // cfg.eval_every)  # 0 steps: the step-0 lab only
         marks = sorted(s for s in cfg.checkpoints if s <= chunks * cfg.eval_every)
         host = lambda x: jax.tree.map(np.asarray, x)
         split = lambda x: [jax.tree.map(lambda a, i=i: a[bounds[i]:bounds[i + 1]], x) for i in range(M)]

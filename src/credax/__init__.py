@@ -33,6 +33,7 @@ Every public name is re-exported here, one line each. Where the math lives:
   host value checks); ``_validate`` the eager ``validate_*`` built on it
 * ``_readers``  rollout files: credax's JSONL schema, verl's ``rollout_data_dir`` dump, Tunix's trajectories
 * ``_rollouts`` ragged rollouts → padded, bucketed arrays (exact group ids) and credit back
+* ``_credit``   ``credit``: any credit method on one ``TurnBatch``, per-turn output (the registry's call)
 * ``_batch``, ``_registry`` the turn batch and the method registry: how to call each public
   function on a batch (what explain, verl, the bench and the lab read)
 * ``presets``   verl / TRL parity presets; ``nnx`` the Flax NNX wrapper; ``testing`` (import it
@@ -42,6 +43,9 @@ Every public name is re-exported here, one line each. Where the math lives:
 
 from . import nnx as nnx  # the Flax NNX wrapper; imports no flax, so it costs nothing
 from . import presets as presets
+from ._batch import TurnBatch as TurnBatch
+from ._credit import credit as credit
+from ._credit import credit_methods as credit_methods
 from ._diagnostics import CreditSummary as CreditSummary
 from ._diagnostics import DeadGroups as DeadGroups
 from ._diagnostics import anchor_hit_ratio as anchor_hit_ratio
@@ -135,9 +139,11 @@ from ._triage import triage_advantages as triage_advantages
 from ._turn_baseline import unbiased_turn_advantages as unbiased_turn_advantages
 from ._turns import best_prior as best_prior
 from ._turns import broadcast_to_tokens as broadcast_to_tokens
+from ._turns import broadcast_to_turns as broadcast_to_turns
 from ._turns import discount_weights as discount_weights
 from ._turns import discounted_returns as discounted_returns
 from ._turns import future_best as future_best
+from ._turns import token_turn_from_layout as token_turn_from_layout
 from ._turns import turn_surprisal as turn_surprisal
 from ._validate import validate_alternatives as validate_alternatives
 from ._validate import validate_rewards as validate_rewards

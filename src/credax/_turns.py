@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import FINITE, UNIT, check_values, jit_public
+from ._api import FINITE, UNIT, check_values, concrete_numpy, jit_public
 
 
 def prepare_turns(scores, turn_mask, name: str = "scores"):
@@ -305,6 +306,140 @@ def broadcast_to_tokens(
     _checks.check_ndim(turn_values, "turn_values", 2, "[B, K]")
     token_turn = check_token_turn(token_turn, turn_values.shape[0])
     return gather_turns(turn_values.astype(_checks.output_dtype(turn_values.dtype)), token_turn)
+
+
+@jit_public(replicate=True)
+def broadcast_to_turns(
+    values: Float[Array, " B"],
+    turn_mask: Bool[Array, "B K"],
+) -> Float[Array, "B K"]:
+    """Give every real turn of a trajectory the trajectory's value (an outcome advantage).
+
+    ``out[b, k] = values[b]`` where ``turn_mask[b, k]``, else ``0``: the per-turn form of a
+    trajectory-level advantage (GRPO, RLOO, GPG, Dr. GRPO, ...), the input
+    :func:`broadcast_to_tokens` and the fused policy loss take. Masked turns are exactly ``0``
+    whatever ``values`` holds there (a padded row's NaN included).
+
+    Args:
+      values: ``float[B]`` one value per trajectory (padded rows: anything).
+      turn_mask: ``bool[B, K]`` real turns.
+
+    Returns:
+      ``float[B, K]`` in ``values``' dtype (float32 for integer input).
+
+    Raises:
+      ValueError: ``values`` not 1-d, or ``turn_mask`` not ``[B, K]`` with ``values``' ``B``.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> credax.broadcast_to_turns(jnp.array([0.5, -1.0]),
+      ...                           jnp.array([[True, True, False], [True, False, False]]))
+      Array([[ 0.5,  0.5,  0. ],
+             [-1. ,  0. ,  0. ]], dtype=float32)
+
+    References:
+      What ``credax.credit`` does with a row-level method's output; verl's outcome estimators
+      write ``scores.unsqueeze(-1) * response_mask`` (a product, which keeps a padded NaN),
+      credax selects.
+    """
+    values = _checks.as_float_array(values, "values")
+    _checks.check_ndim(values, "values", 1, "[B]")
+    turn_mask = _checks.as_array(turn_mask, "turn_mask")
+    _checks.check_ndim(turn_mask, "turn_mask", 2, "[B, K]")
+    _checks.check_leading(turn_mask, "turn_mask", values.shape, "[B, K]", f"B={values.shape[0]}")
+    turn_mask = _checks.as_mask(turn_mask, "turn_mask", turn_mask.shape)
+    out = values.astype(_checks.output_dtype(values.dtype))[:, None]
+    return jnp.where(turn_mask, out, jnp.zeros((), out.dtype))
+
+
+def _check_layout(arguments) -> None:
+    """Host (NumPy, list) lengths must be ``>= 0``; JAX arrays stay on the device (no read-back
+    per training step) and a negative value there reads as ``0``."""
+    for name in ("prompt_lengths", "action_lengths", "env_lengths"):
+        host = concrete_numpy(arguments.get(name))
+        if host is None or host.dtype.kind not in "iu" or not host.size or host.min() >= 0:
+            continue
+        at = tuple(int(i) for i in np.argwhere(host < 0)[0])
+        raise ValueError(f"`{name}` must be >= 0 (a token count); got {host[at]} at index {at}.")
+
+
+@jit_public(static_argnames=("num_tokens",), check=_check_layout, replicate=True)
+def token_turn_from_layout(
+    prompt_lengths: Int[Array, "*B"],
+    action_lengths: Int[Array, "B K"],
+    env_lengths: Int[Array, "B K"],
+    *,
+    num_tokens: int,
+) -> Int[Array, "B T"]:
+    """Build ``token_turn`` in the graph from a fixed sequence layout.
+
+    Row ``b`` is laid out as ``prompt_lengths[b]`` prompt tokens, then for each turn ``k``:
+    ``action_lengths[b, k]`` action tokens (the policy's, tagged ``k``) followed by
+    ``env_lengths[b, k]`` environment tokens (feedback, tool output: ``-1``), then padding
+    (``-1``) up to ``num_tokens``. With ``s_k = p + Σ_{j<k} (a_j + e_j)``::
+
+        token_turn[b, t] = k    if s_k <= t < s_k + a_k
+                           -1   otherwise (prompt, environment, padding)
+
+    Tokens past ``num_tokens`` are cut off (the layout is truncated, never wrapped). A turn with
+    ``action_lengths = 0`` has no tokens (use it for padded turns). Pure ``jnp`` on static
+    shapes: it runs inside ``jit``/``vmap`` on traced lengths (``pad_rollouts`` builds the same
+    map on the host from ragged rollouts).
+
+    Args:
+      prompt_lengths: ``int[B]`` (or a scalar for every row) prompt tokens per row.
+      action_lengths: ``int[B, K]`` the policy's tokens in each turn; ``0`` at padded turns.
+      env_lengths: ``int[B, K]`` environment tokens after each turn's action.
+      num_tokens: static ``T``, the sequence length.
+
+    Returns:
+      ``int32[B, T]``: the turn of each token, ``-1`` at prompt, environment and padding tokens
+      (the convention of :func:`broadcast_to_tokens` and the policy loss).
+
+    Raises:
+      TypeError: a length array not of an integer dtype; ``num_tokens`` not an int.
+      ValueError: shapes that do not agree (``action_lengths`` and ``env_lengths`` both ``[B, K]``,
+        ``prompt_lengths`` a scalar or ``[B]``); ``num_tokens < 0``; a negative length given as a
+        host value (NumPy, list). In a JAX array (traced or not: no read-back per step) a
+        negative length reads as ``0``.
+
+    Examples:
+      >>> import credax, jax.numpy as jnp
+      >>> credax.token_turn_from_layout(jnp.array([2]), jnp.array([[2, 1]]), jnp.array([[1, 2]]),
+      ...                               num_tokens=10)
+      Array([[-1, -1,  0,  0, -1,  1, -1, -1, -1, -1]], dtype=int32)
+
+    References:
+      The fixed layout of a multi-turn rollout buffer (prompt, then action and observation
+      spans per turn, as verl-agent and Tunix's agentic learner write them); credax's
+      ``token_turn`` convention (``-1`` outside actions) is the peers' response/loss mask with
+      the turn index in place of ``1``.
+    """
+    num_tokens = _checks.check_static_int(num_tokens, "num_tokens")
+    action = _checks.as_int_array(action_lengths, "action_lengths")
+    env = _checks.as_int_array(env_lengths, "env_lengths")
+    _checks.check_ndim(action, "action_lengths", 2, "[B, K]")
+    _checks.check_shape(env, "env_lengths", action.shape, "[B, K]")
+    prompt = _checks.as_int_array(prompt_lengths, "prompt_lengths")
+    _checks.check_ndim(prompt, "prompt_lengths", (0, 1), "[B] or a scalar")
+    if prompt.ndim == 1:
+        _checks.check_shape(prompt, "prompt_lengths", action.shape[:1], "[B]")
+    batch, num_turns = action.shape
+    action, env = jnp.maximum(action, 0).astype(jnp.int32), jnp.maximum(env, 0).astype(jnp.int32)
+    prompt = jnp.broadcast_to(jnp.maximum(prompt, 0).astype(jnp.int32), (batch,))
+    if num_turns == 0:
+        return jnp.full((batch, num_tokens), -1, jnp.int32)
+    span = action + env
+    starts = prompt[:, None] + jnp.cumsum(span, axis=1) - span  # s_k: exclusive prefix sums
+    t = jnp.arange(num_tokens, dtype=jnp.int32)
+    # The last turn whose action starts at or before t (side="right": a zero-length turn is
+    # passed over by the turn starting at the same position); prompt tokens find none (-1).
+    k = jax.vmap(lambda s: jnp.searchsorted(s, t, side="right"))(starts).astype(jnp.int32) - 1
+    kc = jnp.clip(k, 0, num_turns - 1)
+    start = jnp.take_along_axis(starts, kc, axis=1)
+    length = jnp.take_along_axis(action, kc, axis=1)
+    inside = (k >= 0) & (t[None, :] < start + length)
+    return jnp.where(inside, kc, -1).astype(jnp.int32)
 
 
 @jit_public(static_argnames=("num_turns", "reduce"), replicate=True)

@@ -75,6 +75,8 @@ NOT_TIMED = {
     "write_rollouts": "file I/O (writes a JSONL rollout dump)",
     "pad_rollouts": "host-side Python over ragged rollouts, before any array exists",
     "rollouts_from_tunix": "host-side conversion of Tunix trajectory objects into Rollouts",
+    "credit": "the registry's call of an estimator, each timed under its own name above",
+    "credit_methods": "a dict of method names (no arrays)",
 }
 CASES = ("grpo", "tcpo", "triage", "loss", "lm_head", "sweep")
 

@@ -127,6 +127,7 @@ META: dict[str, dict] = {
     "broadcast_to_tokens": dict(
         free=(("turn_values", ("last",), "K is free: token_turn indexes into it"),
               ("token_turn", ("last",), "T is free: it sets the output length"))),
+    "broadcast_to_turns": dict(free=(("turn_mask", ("last",), "K is free: it sets the output's"),)),
     "judge_windows": dict(free=(("turn_mask", ("row", "last"), "its only array: any [B, K]"),)),
     "vapo_lambda": dict(free=(("mask", ("row", "last"), "its only array: any [B, N]"),)),
     "token_logprobs": dict(free=(("logits", ("last",), "V is free (the tokens stay below it)"),)),
