@@ -585,3 +585,31 @@ def pad_rollouts(
     )
     layout = RolloutLayout(shape, num_turns, action_start, action_len, prompt_keys, group_index)
     return PaddedRollouts(batch, layout)
+
+
+def score_rows(rows, name: str) -> list[list[float]]:
+    """Ragged per-turn scores from a bridge's batch (verl's ``non_tensor_batch``, TRL's columns) as
+    Python floats: every real scalar form (:func:`credax._checks.concrete_float`), finite and within
+    float32 (the padded batch's dtype), else an error naming ``name``, the row and the turn."""
+    out = []
+    for b, row in enumerate(rows):
+        values = []
+        for k, v in enumerate(row):
+            f = _checks.concrete_float(v)  # bools, strings and None: None
+            if f is None:
+                raise TypeError(f"{name} row {b}, turn {k} must be a number; got "
+                                f"{type(v).__name__} {v!r}.")
+            if not abs(f) <= _checks.F32_MAX:  # NaN fails too
+                raise ValueError(f"{name} row {b}, turn {k} must be finite and within float32's "
+                                 f"range (±{_checks.F32_MAX:.4g}); got {f!r}.")
+            values.append(f)
+        out.append(values)
+    return out
+
+
+def pad_rows(rows, width: int, fill, dtype) -> np.ndarray:
+    """Ragged rows as one ``[len(rows), width]`` array, ``fill`` after each row's end."""
+    out = np.full((len(rows), width), fill, dtype=dtype)
+    for b, row in enumerate(rows):
+        out[b, : len(row)] = row
+    return out

@@ -82,9 +82,10 @@ from trl import GRPOTrainer
 
 import credax
 import credax.torch as ct
-from credax import _checks, _registry
+from credax import _registry
 from credax._batch import TurnBatch
 from credax._group_ids import exact_id
+from credax._rollouts import pad_rows, score_rows
 
 __all__ = ["LOSSES", "CreditGRPOTrainer", "TurnMap", "credit_methods", "token_advantages",
            "trl_loss_options"]
@@ -252,27 +253,6 @@ def _rows(rows, name: str, batch: int) -> list:
     return out
 
 
-def _scores(rows: list, name: str) -> list:
-    out = []
-    for b, row in enumerate(rows):
-        for k, v in enumerate(row):
-            if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.integer | np.floating):
-                raise TypeError(f"{name} row {b}, turn {k} must be a number; got "
-                                f"{type(v).__name__} {v!r}.")
-            if not abs(float(v)) <= _checks.F32_MAX:  # finite too: NaN fails
-                raise ValueError(f"{name} row {b}, turn {k} must be finite and within float32's "
-                                 f"range; got {float(v)!r}.")
-        out.append([float(v) for v in row])
-    return out
-
-
-def _pad(rows: list, width: int, fill, dtype) -> np.ndarray:
-    out = np.full((len(rows), width), fill, dtype=dtype)
-    for b, row in enumerate(rows):
-        out[b, : len(row)] = row
-    return out
-
-
 def _bucket(n: int) -> int:
     """Turn slots: the longest row rounded up to a power of two (a new batch rarely recompiles)."""
     return 1 << max(0, int(n) - 1).bit_length()
@@ -403,7 +383,7 @@ def token_advantages(
     row_ok = ~unscorable
     fields = {"scores": None, "turn_rewards": None, "roles": None, "anchors": None}
     if "turn_scores" in rows:
-        s = torch.from_numpy(_pad(_scores(rows["turn_scores"], "`turn_scores`"), num_turns, 0.0,
+        s = torch.from_numpy(pad_rows(score_rows(rows["turn_scores"], "`turn_scores`"), num_turns, 0.0,
                                   np.float32)).to(device)
         fields["scores"] = fields["turn_rewards"] = s
     if "turn_roles" in rows:
@@ -413,7 +393,7 @@ def token_advantages(
         codes: dict = {}
         dense = [[codes.setdefault(exact_id(a, f"`anchor_ids` row {b}, turn {k}"), len(codes))
                   for k, a in enumerate(row)] for b, row in enumerate(rows["anchor_ids"])]
-        fields["anchors"] = torch.from_numpy(_pad(dense, num_turns, -1, np.int32)).to(device)
+        fields["anchors"] = torch.from_numpy(pad_rows(dense, num_turns, -1, np.int32)).to(device)
     read = _fields_needed(call)
     for source, targets in _SOURCES.items():
         needed = [f for f in targets if f in read]

@@ -82,9 +82,10 @@ from verl.trainer.ppo import core_algos
 
 import credax
 import credax.torch as ct
-from credax import _checks, _registry
+from credax import _registry
 from credax._batch import TurnBatch
 from credax._group_ids import exact_id
+from credax._rollouts import pad_rows, score_rows
 
 __all__ = ["ESTIMATORS", "VerlTurns", "compute_advantage", "from_verl", "make_estimator",
            "register", "turn_batch", "turns_from_response_mask", "uid_to_group_ids"]
@@ -230,32 +231,6 @@ def _per_turn(rows, field: str, turn_mask: torch.Tensor) -> list:
 
 
 
-def _scores(rows: list) -> list:
-    """Per-turn scores as floats: real numbers, finite and within float32 (the batch's dtype),
-    else an error naming the row and the turn (a host value is checked here, never narrowed)."""
-    out = []
-    for b, row in enumerate(rows):
-        values = []
-        for k, v in enumerate(row):
-            where = f"non_tensor_batch['turn_scores'] row {b}, turn {k}"
-            f = _checks.concrete_float(v)  # every real scalar form; bools and strings: None
-            if f is None:
-                raise TypeError(f"{where} must be a number; got {type(v).__name__} {v!r}.")
-            if not (abs(f) <= _checks.F32_MAX):
-                raise ValueError(f"{where} must be finite and within float32's range "
-                                 f"(±{_checks.F32_MAX:.4g}); got {f!r}.")
-            values.append(f)
-        out.append(values)
-    return out
-
-
-def _pad(rows: list, width: int, fill, dtype) -> np.ndarray:
-    out = np.full((len(rows), width), fill, dtype=dtype)
-    for b, row in enumerate(rows):
-        out[b, : len(row)] = row
-    return out
-
-
 def from_verl(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -285,8 +260,9 @@ def from_verl(
     width = turn_mask.shape[1]
     extra = non_tensor_batch if non_tensor_batch is not None else {}
     if "turn_scores" in extra:
-        rows = _scores(_per_turn(extra["turn_scores"], "turn_scores", turn_mask))
-        scores = torch.from_numpy(_pad(rows, width, 0.0, np.float32)).to(device, rewards.dtype)
+        rows = score_rows(_per_turn(extra["turn_scores"], "turn_scores", turn_mask),
+                          "non_tensor_batch['turn_scores']")
+        scores = torch.from_numpy(pad_rows(rows, width, 0.0, np.float32)).to(device, rewards.dtype)
     else:
         scores = _turn_sums(rewards, token_turn, width)
     roles = anchors = None
@@ -299,7 +275,7 @@ def from_verl(
                  for b, row in enumerate(rows) for k in range(len(row))]
         dense = _dense_codes([a for row in rows for a in row], where.__getitem__)
         splits = np.cumsum([len(r) for r in rows])[:-1]
-        anchors = torch.from_numpy(_pad(np.split(dense, splits), width, -1, np.int32)).to(device)
+        anchors = torch.from_numpy(pad_rows(np.split(dense, splits), width, -1, np.int32)).to(device)
     return VerlTurns(group_ids, rewards.sum(dim=-1), scores, turn_mask, token_turn, roles, anchors)
 
 
