@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 import jax
 import numpy as np
 
-from . import _checks
+from . import _checks, _collectives
 
 # The check vocabulary the math modules import from here (written once, in _checks).
 FINITE, NON_NEGATIVE, POSITIVE, UNIT = _checks.FINITE, _checks.NON_NEGATIVE, _checks.POSITIVE, _checks.UNIT
@@ -46,18 +46,10 @@ def replicate_explicit(x):
     """Replicate an array sharded over *Explicit* mesh axes: the scatters of the segment
     statistics cannot resolve such shardings (``ShardingTypeError``), and gathering the small
     ``[B]`` / ``[B, K]`` rows is what a group statistic needs anyway. Others pass unchanged."""
-    if not isinstance(x, jax.Array) or isinstance(
-            getattr(x, "sharding", None), jax.sharding.SingleDeviceSharding):
+    found = _collectives.explicit_sharding(x)
+    if found is None:
         return x
-    try:
-        sharding = jax.typeof(x).sharding
-    except TypeError:  # pragma: no cover - exotic array types
-        return x
-    mesh = getattr(sharding, "mesh", None)
-    if (mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types
-            or all(axis is None for axis in sharding.spec)):
-        return x
-    return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    return jax.sharding.reshard(x, jax.sharding.NamedSharding(found[0], jax.sharding.PartitionSpec()))
 
 
 def _replicate_tree(value):

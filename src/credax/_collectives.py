@@ -171,21 +171,36 @@ def vocab_parallel_softmax_mean(c: VocabChunk, inv_temp, axis_name) -> jax.Array
     return jax.lax.psum(jnp.sum(p * z, axis=-1), axis_name)
 
 
+def explicit_sharding(x):
+    """``(mesh, spec)`` when ``x``'s type carries a sharding over *Explicit* mesh axes
+    (``jax.make_mesh``'s default) on at least one dimension, else ``None`` (host values,
+    single-device and Auto-axis arrays). Read off the traced type, so it works in a trace too."""
+    if not isinstance(x, jax.Array) or isinstance(
+            getattr(x, "sharding", None), jax.sharding.SingleDeviceSharding):
+        return None
+    try:
+        sharding = jax.typeof(x).sharding
+    except TypeError:  # pragma: no cover - exotic array types
+        return None
+    mesh = getattr(sharding, "mesh", None)
+    spec = tuple(getattr(sharding, "spec", ()) or ())
+    if (mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types
+            or all(axis is None for axis in spec)):
+        return None
+    return mesh, spec
+
+
 def explicit_vocab_split(unembedding):
     """``(mesh, axis)`` where ``unembedding [D, V]`` is sharded over its vocabulary (and not over
     ``D``) on *Explicit* mesh axes (``jax.make_mesh``'s default), else ``None``: the fused head
     then runs vocabulary-parallel inside a ``jax.shard_map`` of its own, so the ``[D, V]``
     unembedding is never gathered (the other inputs, ``[B, T]``-sized and ``hidden``, are
     replicated as before)."""
-    if not isinstance(unembedding, jax.Array):
+    found = explicit_sharding(unembedding)
+    if found is None:
         return None
-    try:
-        sharding = jax.typeof(unembedding).sharding
-    except TypeError:  # pragma: no cover - exotic array types
-        return None
-    mesh = getattr(sharding, "mesh", None)
-    spec = tuple(getattr(sharding, "spec", ()) or ())
-    if mesh is None or mesh.empty or len(spec) < 2 or spec[1] is None or spec[0] is not None:
+    mesh, spec = found
+    if len(spec) < 2 or spec[1] is None or spec[0] is not None:
         return None
     axis = spec[1]
     names = (axis,) if isinstance(axis, str) else tuple(axis)

@@ -54,11 +54,9 @@ def credit(batch: TurnBatch, method: str, **options):
         ``turn_mask`` ``bool[B, K]``, ``group_ids`` ``int[B]``, ``rewards`` ``float[B]``,
         ``roles`` ``int[B, K]``, ``token_turn`` ``int[B, T]``, and the optional fields a method
         reads).
-      method: ``credax.explain``'s short name (``"grpo"``, ``"rloo"``, ``"gpg"``, ``"tcpo"``,
-        ``"triage"``, ``"mt_grpo"``, ``"faca"``, ``"gigpo"``, ``"hgpo"``, ``"pgpo"``, ``"g2po"``,
-        ``"redistribute"``, ``"unbiased_turn"``) or the function's name (``"tcpo_advantages"``;
-        also ``"shrinkage_advantages"``, ``"retrospective_credit"``, ``"hindsight_credit"``,
-        ``"role_credit"``): :func:`credit_methods`. Dr. GRPO is ``"grpo"`` with
+      method: a method's short name as ``credax.explain`` shows it (``"grpo"``, ``"tcpo"``, ...)
+        or its function's name (``"tcpo_advantages"``); :func:`credit_methods` lists every name
+        accepted (read from the registry, never listed here). Dr. GRPO is ``"grpo"`` with
         ``normalization=credax.Normalization(scale="none")``.
       **options: the function's own keyword options (``hindsight_weight=0.0``, ``lam=0.2``, ...),
         overriding the registry call's.
