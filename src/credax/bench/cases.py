@@ -734,12 +734,14 @@ def _sweep_name(label: str) -> str:
 
 def entry_points(env: Env, cfg: Config) -> list[Entry]:
     """Every public entry point of credax, with inputs at the sweep size of ``cfg``: every call of
-    the method registry (``credax._registry``: each public array function and its forms) on
+    the method registry (``credax._registry``: each public array function) and its forms
+    (``credax.bench.forms``) on
     two batches of the same shape, its numeric hyperparameters at the first value of the one
     schedule (``credax._batch.SCHEDULE``, the compile-once test's) and changed to the second for
     the recompilation check; then the layouts of ``groups`` and the host-side functions."""
-    from credax import _registry as calls
+    from credax import _registry
     from credax._batch import TurnBatch, scheduled_options
+    from credax.bench.forms import FORMS
 
     credax, put = env.credax, env.put
     z = cfg.sweep
@@ -801,7 +803,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         first = {**kwargs, **scheduled_options(signature, args, kwargs, 0)}
         return first, scheduled_options(signature, args, kwargs, 1) or None
 
-    for label, c in calls.ALL.items():
+    for label, c in {**_registry.CALLS, **FORMS}.items():
         needs = set(c.needs)
         pair = ((l1, l2) if needs & _LM_FIELDS else (t1, t2) if needs & _TOKEN_FIELDS
                 else (a1, a2) if "alt_scores" in needs else (d1, d2))
