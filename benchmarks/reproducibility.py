@@ -1,10 +1,11 @@
 """Which public functions are bitwise identical across device counts and per prompt group
 (issue #38, measured).
 
-Every call of the call table (``credax._registry.CALLS`` and ``credax.bench.forms.FORMS``) on one
-batch, its inputs sharded over the batch axis of an auto-axis mesh of 1, 2, 4 and 8 forced CPU devices, compared with the
-unsharded single-device result: ``bitwise`` where every output bit is equal on every mesh, else
-the largest absolute difference. Run (it forces 8 host devices itself, so run it as a script)::
+Every call of the call table (``credax._registry.CALLS`` and ``credax.bench.sweep.FORMS``) on one
+batch, its inputs sharded over the batch axis of an auto-axis mesh of 1, 2, 4 and 8 forced CPU
+devices, compared with the unsharded single-device result: ``bitwise`` where every output bit is
+equal on every mesh, else the largest absolute difference. Run (it forces 8 host devices itself,
+so run it as a script)::
 
     PYTHONPATH=src python benchmarks/reproducibility.py              # batch-sharded inputs
     PYTHONPATH=src python benchmarks/reproducibility.py --replicate  # the recipe: replicated
@@ -32,8 +33,8 @@ from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from credax import _registry  # noqa: E402 -- the core method registry
-from credax._batch import TurnBatch, example_batch  # noqa: E402
-from credax.bench.forms import FORMS  # noqa: E402 -- and the other forms of a call
+from credax._batch import TurnBatch  # noqa: E402
+from credax.bench.sweep import FORMS, example_batch  # noqa: E402 -- the other forms of a call
 
 REPLICATED = {"unembedding"}
 # The batches of --streaming: (group sizes, seed). Equal sizes (what a GRPO orchestrator streams;

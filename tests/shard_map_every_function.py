@@ -83,8 +83,9 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from credax import _registry  # noqa: E402
-from credax._batch import TurnBatch, example_batch  # noqa: E402
+from credax._batch import TurnBatch  # noqa: E402
 from credax._collectives import vary_like  # noqa: E402
+from credax.bench.sweep import example_batch  # noqa: E402
 from credax.testing import calls  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

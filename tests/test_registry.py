@@ -104,6 +104,14 @@ def test_the_tests_table_is_the_registry_plus_metadata():
     assert set(calls.META) <= set(_registry.CALLS) | set(calls.FORMS)
 
 
+def test_every_entry_declares_a_known_level_and_optional_fields():
+    # The registry's tables are the package's own constants: checked here once, not at import
+    # (Call.__post_init__ did it on every import).
+    for label, entry in calls.REGISTRY.items():
+        assert entry.level in _registry.LEVELS, label
+        assert set(entry.needs) <= {*_registry.OPTIONAL, "token_turn"}, label
+
+
 BATCH = calls.example_batch(6, 4, 8, seed=3)
 
 

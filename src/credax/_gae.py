@@ -19,7 +19,7 @@ The critic's side of PPO, in the same data model as the rest of credax:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,8 @@ from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks, _numeric
 from ._api import check_concrete, jit_public, reads
-from ._losses import aggregate_values, check_agg, check_normalizer
+from ._loss_options import Normalizer, check_agg
+from ._losses import aggregate_values
 from ._turns import check_token_turn, masked_discounted_sum, next_valid
 
 
@@ -315,16 +316,11 @@ def turn_gae_advantages(
     return TurnGAE(adv.astype(out_dtype), ret.astype(out_dtype), tv.astype(out_dtype))
 
 
-@reads("alpha")
-def _check_alpha(a) -> None:
-    check_concrete(a["alpha"], "alpha", lambda v: v > 0, "be positive (λ = 1 - 1/(α·L))")
-
-
-@jit_public(check=_check_alpha)
+@jit_public()
 def vapo_lambda(
     mask: Bool[Array, "B N"],
     *,
-    alpha: float | Float[Array, ""] = 0.05,
+    alpha: Annotated[_checks.Scalar, _checks.Rule(lambda v: v > 0, "be positive (λ = 1 - 1/(α·L))")] = 0.05,
 ) -> Float[Array, " B"]:
     """VAPO's length-adaptive GAE λ per row: ``λ = max(0, 1 - 1 / (α · L))``, ``L`` valid steps.
 
@@ -361,23 +357,17 @@ def vapo_lambda(
     return jnp.where(positive, jnp.maximum(lam, 0), jnp.zeros_like(lam))
 
 
-@reads("clip", "normalizer")
-def _check_value_loss_args(a) -> None:
-    if a["clip"] is not None:
-        check_concrete(a["clip"], "clip", lambda v: v > 0, "be positive (or None for no clipping)")
-    check_normalizer(a["normalizer"])
-
-
-@jit_public(static_argnames=("agg",), check=_check_value_loss_args)
+@jit_public(static_argnames=("agg",))
 def value_loss(
     values: Float[Array, "B N"],
     old_values: Float[Array, "B N"],
     returns: Float[Array, "B N"],
     mask: Bool[Array, "B N"],
     *,
-    clip: float | Float[Array, ""] | None = 0.5,
+    clip: Annotated[_checks.Scalar, _checks.Rule(lambda v: v > 0, "be positive (or None for no "
+                                                  "clipping)")] | None = 0.5,
     agg: str = "token-mean",
-    normalizer: float | Float[Array, ""] | None = None,
+    normalizer: Normalizer | None = None,
 ) -> ValueLoss:
     """PPO's clipped value loss: ``½ · aggregate(max((V - R)², (clip(V, V_old ± c) - R)²))``.
 

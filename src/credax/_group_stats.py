@@ -74,8 +74,6 @@ class _Stats(NamedTuple):
 
 def check_x_and_groups(x, g: Groups, name: str) -> None:
     idx = g.index
-    if idx.ndim != 1:
-        raise ValueError(f"`group_ids` must be 1-D, shape [B]; got shape {idx.shape}.")
     if x.ndim < 1 or x.shape[0] != idx.shape[0]:
         raise ValueError(
             f"`{name}` must have a leading batch axis of size B={idx.shape[0]} (the length of "

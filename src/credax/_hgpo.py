@@ -289,8 +289,6 @@ def hgpo_advantages(
     _checks.check_option(episode_pooling, "episode_pooling", EPISODE_POOLING)
     _checks.check_option(episode_singleton, "episode_singleton", EPISODE_SINGLETON)
     history = _checks.check_static_int(history, "history", minimum=0)
-    if not isinstance(episode_group, bool):
-        raise TypeError(f"`episode_group` must be a Python bool; got {episode_group!r}.")
     r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
         outcome_rewards, step_rewards, anchor_ids, turn_mask)
     base = normalization_or(normalization, HGPO_NORMALIZATION)

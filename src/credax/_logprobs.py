@@ -547,8 +547,6 @@ def _from_hidden(hidden, unembedding, tokens, chunk_size, mask, temperature, wit
 
     inv_temp = _inverse_temperature(temperature, dtype)
 
-    if not isinstance(with_entropy, bool):
-        raise TypeError(f"`with_entropy` must be a Python bool; got {with_entropy!r}.")
     _collectives.check_axis_name(vocab_axis, "vocab_axis")
 
     def logprobs(h, tok, m):

@@ -12,6 +12,7 @@ so a schedule never recompiles), every concrete value checked when the value is 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -215,6 +216,26 @@ def check_fields(values: dict, *, choices: dict, bools: tuple, rules: dict,
     return out
 
 
+# The rule of a global denominator (a LossOptions field, `aggregate`'s and `value_loss`'s argument).
+# A concrete count of 0 (or inf) is a bug upstream; a traced 0 (a psum over empty masks) still
+# gives loss 0 with a zero gradient.
+NORMALIZER = _checks.Rule(lambda v: v > 0 and math.isfinite(v),
+                          "be a positive, finite token or sequence count")
+Normalizer = Annotated[_checks.Scalar, NORMALIZER]
+
+
+def check_agg(agg: str, normalizer, name: str = "agg") -> None:
+    """An aggregation mode ``name`` and the ``normalizer`` it needs (or refuses)."""
+    _checks.check_option(agg, name, AGG_MODES)
+    if agg == "seq-mean-token-sum-norm" and normalizer is None:
+        raise ValueError(
+            f"`{name}='seq-mean-token-sum-norm'` (Dr. GRPO) needs `normalizer`: the constant the "
+            "token sums are divided by, e.g. number of sequences × max response length. It has "
+            "no default on purpose: a padded width that changes with the batch is not a constant.")
+    if agg == "token-sum" and normalizer is not None:
+        raise ValueError(f"`{name}='token-sum'` has no denominator; do not pass `normalizer`.")
+
+
 # One rule per numeric field: (ok, requirement). Each value is a double already known to be a
 # number; ±inf passes only where a rule allows it.
 _RULES = {
@@ -224,8 +245,7 @@ _RULES = {
                   "`dual_clip=None` disables it)"),
     "ratio_cap": (lambda v: v > 1 and math.isfinite(v),
                   "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)"),
-    "normalizer": (lambda v: v > 0 and math.isfinite(v),
-                   "be a positive, finite token or sequence count"),
+    "normalizer": NORMALIZER,
     "kl_coef": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
     "kl_clamp": (lambda v: v > 0, "be > 0 (or None)"),
     "rollout_is_threshold": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
@@ -284,14 +304,7 @@ def checked_fields(values: dict) -> dict:
     if values["ratio_cap"] is not None and values["dual_clip"] is not None:
         raise ValueError("`ratio_cap` (TRL's delta) and `dual_clip` (verl's dual clip) both bound "
                          "the loss of negative-advantage tokens; pass one of them.")
-    agg, normalizer = values["agg"], values["normalizer"]
-    if agg == "seq-mean-token-sum-norm" and normalizer is None:
-        raise ValueError(
-            "`agg='seq-mean-token-sum-norm'` (Dr. GRPO) needs `normalizer`: the constant the "
-            "token sums are divided by, e.g. number of sequences × max response length. It has "
-            "no default on purpose: a padded width that changes with the batch is not a constant.")
-    if agg == "token-sum" and normalizer is not None:
-        raise ValueError("`agg='token-sum'` has no denominator; do not pass `normalizer`.")
+    check_agg(values["agg"], values["normalizer"])
     return out
 
 

@@ -32,17 +32,18 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks, _numeric
-from ._api import check_concrete, concrete_float, jit_public, reads
+from ._api import concrete_float, jit_public, reads
 from ._checks import Positive
 from ._collectives import axis_sum, check_axis_name
 from ._loss_options import (
-    AGG_MODES,
     KL_ESTIMATORS,
     LOG_RATIO_CLAMP,
     MOVED_TO_LOSS_OPTIONS,
     VESPO_LOG_WEIGHT_MIN,
     LossOptions,
+    Normalizer,
     as_loss_options,
+    check_agg,
 )
 from ._turns import check_token_turn, gather_turns
 
@@ -59,13 +60,6 @@ def _token_array(x, name: str, shape, dtype) -> jax.Array:
     x = _checks.as_float_array(x, name)
     _checks.check_shape(x, name, shape, "[B, T]")
     return x.astype(dtype)
-
-
-def check_normalizer(normalizer) -> None:
-    # A concrete count of 0 (or inf) is a bug upstream; a traced 0 (a psum over empty masks)
-    # still gives loss 0 with a zero gradient.
-    check_concrete(normalizer, "normalizer", lambda v: v > 0 and math.isfinite(v),
-                   "be a positive, finite token or sequence count")
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,30 +229,13 @@ def aggregate_values(values: jax.Array, mask: jax.Array, mode: str, normalizer,
     return _numeric.safe_div(total, count, count > 0)
 
 
-def check_agg(mode: str, normalizer) -> None:
-    _checks.check_option(mode, "mode", AGG_MODES)
-    if mode == "seq-mean-token-sum-norm" and normalizer is None:
-        raise ValueError(
-            "`mode='seq-mean-token-sum-norm'` (Dr. GRPO) needs `normalizer`: the constant the "
-            "token sums are divided by, e.g. number of sequences × max response length. It has "
-            "no default on purpose: a padded width that changes with the batch is not a constant."
-        )
-    if mode == "token-sum" and normalizer is not None:
-        raise ValueError("`mode='token-sum'` has no denominator; do not pass `normalizer`.")
-
-
-@reads("normalizer")
-def _check_normalizer_arg(a) -> None:
-    check_normalizer(a["normalizer"])
-
-
-@jit_public(static_argnames=("mode", "axis_name"), check=_check_normalizer_arg)
+@jit_public(static_argnames=("mode", "axis_name"))
 def aggregate(
     values: Float[Array, "B T"],
     mask: Bool[Array, "B T"] | None,
     *,
     mode: str = "token-mean",
-    normalizer: float | Float[Array, ""] | None = None,
+    normalizer: Normalizer | None = None,
     axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, ""]:
     """Reduce per-token values ``[B, T]`` to a scalar loss over the tokens of ``mask``.
@@ -322,7 +299,7 @@ def aggregate(
       token mean; Dr. GRPO (arXiv 2503.20783) for the constant normaliser. Reproduces verl
       ``agg_loss`` (with ``seq-mean-token-sum-norm`` normalizer = sequences × ``loss_scale_factor``).
     """
-    check_agg(mode, normalizer)
+    check_agg(mode, normalizer, "mode")
     values = _checks.as_float_array(values, "values")
     _checks.check_ndim(values, "values", 2, "[B, T]")
     mask = _checks.as_mask(mask, "mask", values.shape)

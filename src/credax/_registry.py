@@ -8,7 +8,7 @@ the tests need (the invariants each output satisfies, the shapes an annotation l
 stand-ins for missing optional fields). An entry says *how to call* (arguments, output, level,
 the optional fields it needs, whether it is group-local), never *what the answer is*, nor what
 explain's page says about a method (``credax.explain``), nor the values a sweep gives its
-hyperparameters (``credax._batch.SCHEDULE``, shared by the bench and the compile-once test)::
+hyperparameters (``credax.bench.sweep.SCHEDULE``, shared by the bench and the compile-once test)::
 
     from credax._registry import CALLS
     CALLS["grpo_advantages"](batch)                      # credax.grpo_advantages(rewards, ids, mask)
@@ -28,7 +28,7 @@ Two tables, each ``{name: Call}``:
   keyed by its name;
 :data:`CALLS` is both together (one entry per public array function). Other forms of a call (a
 second annotated form of a union, another option) are the tests' and the bench's only, so they
-live with the bench (``credax.bench.forms.FORMS``).
+live with the bench (``credax.bench.sweep.FORMS``).
 
 Adding an entry: one ``_call(name, arguments, level, ...)`` line in the right table, with the
 fields it reads in ``needs`` (beyond the six every batch has) and whether it is ``group_local`` —
@@ -89,14 +89,6 @@ class Call:
     output: Callable[[Any], Any] = _identity
     needs: tuple[str, ...] = ()
     group_local: bool | None = None
-
-    def __post_init__(self):
-        if self.level not in LEVELS:
-            raise ValueError(f"`level` must be one of {LEVELS}; got {self.level!r}.")
-        unknown = set(self.needs) - set(OPTIONAL) - {"token_turn"}
-        if unknown:
-            raise ValueError(f"`needs` of {self.name}: {sorted(unknown)} are not optional "
-                             f"TurnBatch fields {OPTIONAL}.")
 
     def args(self, batch: TurnBatch, *, ns=None, nested: Mapping | None = None
              ) -> tuple[tuple, dict]:

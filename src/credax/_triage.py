@@ -220,8 +220,6 @@ def triage_advantages(
     roles = _check_roles(roles)
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", roles.shape)
     a = _check_outcome_advantages(outcome_advantages, roles.shape[0])
-    if not isinstance(whiten, bool):
-        raise TypeError(f"`whiten` must be a Python bool (it changes the program); got {whiten!r}.")
     out_dtype = _numeric.output_dtype(a.dtype)
     dt = _numeric.compute_dtype(a.dtype)
     lam = _checks.scalar(lam, dt, "lam")

@@ -735,13 +735,13 @@ def _sweep_name(label: str) -> str:
 def entry_points(env: Env, cfg: Config) -> list[Entry]:
     """Every public entry point of credax, with inputs at the sweep size of ``cfg``: every call of
     the method registry (``credax._registry``: each public array function) and its forms
-    (``credax.bench.forms``) on
+    (``credax.bench.sweep``) on
     two batches of the same shape, its numeric hyperparameters at the first value of the one
-    schedule (``credax._batch.SCHEDULE``, the compile-once test's) and changed to the second for
+    schedule (``credax.bench.sweep.SCHEDULE``, the compile-once test's) and changed to the second for
     the recompilation check; then the layouts of ``groups`` and the host-side functions."""
     from credax import _registry
-    from credax._batch import TurnBatch, scheduled_options
-    from credax.bench.forms import FORMS
+    from credax._batch import TurnBatch
+    from credax.bench.sweep import FORMS, scheduled_options
 
     credax, put = env.credax, env.put
     z = cfg.sweep

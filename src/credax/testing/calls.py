@@ -29,11 +29,11 @@ from dataclasses import dataclass, field, fields
 
 from .. import _registry
 from .._batch import TurnBatch
-from .._batch import example_batch as example_batch
 from .._registry import LEVELS as LEVELS
 from .._registry import OPTIONAL as OPTIONAL
 from .._registry import token_mask as token_mask
-from ..bench.forms import FORMS as FORMS
+from ..bench.sweep import FORMS as FORMS
+from ..bench.sweep import example_batch as example_batch
 
 # The invariant checks of credax.testing that an entry's output satisfies (tests/test_dogfood.py).
 COMMON = ("padding_invariance", "permutation_equivariance", "group_isolation", "masked_zero",
@@ -81,7 +81,6 @@ class Call(_registry.Call):
     adapter: Callable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        super().__post_init__()
         # One adapter object per entry, so the checkers of credax.testing (which cache their jit
         # on (fn, adapter)) share one compilation per function across checks.
         object.__setattr__(self, "adapter", lambda fn: lambda b: self(b, fn=fn))
