@@ -163,7 +163,7 @@ class PublicFunction:
                 if value is not None and name in rules:
                     _checks.check_concrete(value, name, *rules[name])
         if check is not None and (self._reads is None or not self._reads.isdisjoint(kwargs)
-                                    or not self._reads.isdisjoint(self._positional[:len(args)])):
+                                  or not self._reads.isdisjoint(self._positional[:len(args)])):
             arguments = {**self._defaults, **dict(zip(self._positional, args, strict=False)),
                          **kwargs}
             if self._required <= arguments.keys():  # else jit's own TypeError names the missing
