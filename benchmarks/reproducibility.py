@@ -1,10 +1,11 @@
 """Which public functions are bitwise identical across device counts and per prompt group
 (issue #38, measured).
 
-Every call of the call table (``credax._registry.ALL``) on one batch, its inputs sharded over
-the batch axis of an auto-axis mesh of 1, 2, 4 and 8 forced CPU devices, compared with the
-unsharded single-device result: ``bitwise`` where every output bit is equal on every mesh, else
-the largest absolute difference. Run (it forces 8 host devices itself, so run it as a script)::
+Every call of the call table (``credax._registry.CALLS`` and ``credax.bench.sweep.FORMS``) on one
+batch, its inputs sharded over the batch axis of an auto-axis mesh of 1, 2, 4 and 8 forced CPU
+devices, compared with the unsharded single-device result: ``bitwise`` where every output bit is
+equal on every mesh, else the largest absolute difference. Run (it forces 8 host devices itself,
+so run it as a script)::
 
     PYTHONPATH=src python benchmarks/reproducibility.py              # batch-sharded inputs
     PYTHONPATH=src python benchmarks/reproducibility.py --replicate  # the recipe: replicated
@@ -31,8 +32,9 @@ import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from credax import _registry as calls  # noqa: E402 -- the core method registry
-from credax._batch import TurnBatch, example_batch  # noqa: E402
+from credax import _registry  # noqa: E402 -- the core method registry
+from credax._batch import TurnBatch  # noqa: E402
+from credax.bench.sweep import FORMS, example_batch  # noqa: E402 -- the other forms of a call
 
 REPLICATED = {"unembedding"}
 # The batches of --streaming: (group sizes, seed). Equal sizes (what a GRPO orchestrator streams;
@@ -92,7 +94,8 @@ def _shown(w) -> str:
 def streaming(only: set[str] | None = None) -> None:
     """Prints the guide's per-group table: ``| label | yes/no (group_local) | difference |``, the
     difference the largest over STREAMING_BATCHES (``≤ x`` for a group-local entry)."""
-    table = {label: c for label, c in calls.ALL.items() if only is None or label in only}
+    table = {label: c for label, c in {**_registry.CALLS, **FORMS}.items()
+             if only is None or label in only}
     worst = dict.fromkeys(table, 0.0)
     for sizes, seed in STREAMING_BATCHES:
         batch = streaming_batch(sizes, seed)
@@ -109,7 +112,8 @@ def streaming(only: set[str] | None = None) -> None:
 
 def main(replicate: bool = False, only: set[str] | None = None) -> None:
     host = example_batch(16, 4, 12, seed=0, num_groups=5)
-    table = {label: c for label, c in calls.ALL.items() if only is None or label in only}
+    table = {label: c for label, c in {**_registry.CALLS, **FORMS}.items()
+             if only is None or label in only}
     single = {}
     for label, c in table.items():
         single[label] = jax.tree.map(np.asarray, c(host.map(jnp.asarray)))

@@ -1,6 +1,6 @@
 """Run by tests/test_shard_map.py in a subprocess with 8 forced CPU devices: every entry of the
-method registry (``credax._registry.ALL``) called inside ``jax.shard_map`` on meshes of 4 and 8
-devices, whole prompt groups on each shard, against the unsharded call.
+method registry and the tests' forms (``credax.testing.calls.REGISTRY``) called inside
+``jax.shard_map`` on meshes of 4 and 8 devices, whole prompt groups on each shard, against the unsharded call.
 
 Usage: ``python tests/shard_map_every_function.py`` (the sweep) or ``... first`` (a fresh process
 whose first credax call is made inside ``shard_map``). Prints one JSON object a line:
@@ -83,8 +83,10 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from credax import _registry  # noqa: E402
-from credax._batch import TurnBatch, example_batch  # noqa: E402
+from credax._batch import TurnBatch  # noqa: E402
 from credax._collectives import vary_like  # noqa: E402
+from credax.bench.sweep import example_batch  # noqa: E402
+from credax.testing import calls  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -166,7 +168,7 @@ def run(n: int) -> None:
     placed = [place(name, getattr(HOST, name)) for name in present]
     in_specs = tuple(P() if name in REPLICATED else P("b") for name in present)
     whole_batch = HOST.map(jnp.asarray)
-    for label, entry in _registry.ALL.items():
+    for label, entry in calls.REGISTRY.items():
         kind = kind_of(label, entry)
         options = {"axis_name": "b"} if kind == "axis" else {}
         try:
@@ -205,6 +207,6 @@ def run(n: int) -> None:
 
 # Warm the public entry outside shard_map first: the sweep tests the functions, the `first` mode
 # the first call of a process.
-_registry.ALL["grpo_advantages"](HOST.map(jnp.asarray))
+_registry.CALLS["grpo_advantages"](HOST.map(jnp.asarray))
 for n in (4, 8):
     run(n)

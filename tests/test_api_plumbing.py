@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import credax
-from credax import _api, _grouping, _normalization
+from credax import _api, _checks, _grouping, _normalization
 from credax._normalization import MOVED_TO_NORMALIZATION, NORMALIZE_KEYS, Normalization
 
 # --------------------------------------------------------------------------------------------
@@ -177,13 +177,12 @@ def _entry():
     hyperparameter, a plain array."""
     seen = []
 
-    def body(x, group_ids, *, power=1, scale=1.0):
+    def body(x, group_ids, *, power=1, scale: _checks.Positive = 1.0):
         """x**power * scale, per row (a test body)."""
         seen.append((group_ids, power))
         return scale * x**power
 
-    entry = _api.jit_public(static_argnames=("power",), convert={"group_ids": credax.groups},
-                            check=_api.check_values(scale=_api.POSITIVE))(body)
+    entry = _api.jit_public(static_argnames=("power",), convert={"group_ids": credax.groups})(body)
     return entry, body, seen
 
 
@@ -371,7 +370,7 @@ def test_a_check_runs_only_when_it_can_fail():
     @_api.reads("eps")
     def check(a):
         seen.append(a["eps"])
-        _api.check_concrete(a["eps"], "eps", *_api.POSITIVE)
+        _api.check_concrete(a["eps"], "eps", *_checks.POSITIVE)
 
     entry = _api.jit_public(check=check)(lambda x, *, eps=1.0, other=0.0: x * eps + other)
     assert seen == [1.0]  # once on the defaults, when the entry was built
@@ -382,7 +381,10 @@ def test_a_check_runs_only_when_it_can_fail():
     for bad in (-1.0, jnp.asarray(-1.0), np.float64(-1.0)):  # a Python, JAX and NumPy number
         with pytest.raises(ValueError, match="^`eps` must be > 0"):
             entry(jnp.ones(2), eps=bad)
-    rules = _api.jit_public(check=_api.check_values(eps=_api.POSITIVE))(lambda x, eps=1.0: x * eps)
+    def positive_eps(x, eps: _checks.Positive = 1.0):
+        return x * eps
+
+    rules = _api.jit_public()(positive_eps)  # the rule is the annotation's
     for bad in (-1.0, jnp.asarray(-1.0), 0):
         with pytest.raises(ValueError, match="^`eps` must be > 0"):
             rules(jnp.ones(2), bad)  # given positionally
@@ -398,10 +400,13 @@ def test_a_check_is_proved_on_the_defaults_when_the_entry_is_built():
     def body(x, *, eps=1.0, scale=1.0):
         return x
 
+    def bad_default(x, eps: _checks.Positive = 0.0):
+        return x
+
     with pytest.raises(KeyError, match="scale"):
         _api.jit_public(check=reads_more)(body)
     with pytest.raises(ValueError, match="^`eps` must be > 0"):  # a default breaking its rule
-        _api.jit_public(check=_api.check_values(eps=_api.POSITIVE))(lambda x, eps=0.0: x)
+        _api.jit_public()(bad_default)
 
 
 def test_the_call_keeps_the_host_screen():

@@ -18,7 +18,7 @@ import pytest
 
 import credax
 import credax.testing as ct
-from credax._batch import SCHEDULE, default_schedule, scheduled
+from credax.bench.sweep import SCHEDULE, default_schedule, scheduled
 from credax.testing import calls
 
 EXAMPLES = 8
@@ -88,7 +88,7 @@ def test_batch_scale_is_not_group_isolated():
 # Compile once: new values, new ids, a Groups and new hyperparameters reuse the program.
 # --------------------------------------------------------------------------------------------
 
-# The one schedule of hyperparameter values (the bench's too): credax._batch.SCHEDULE, with a
+# The one schedule of hyperparameter values (the bench's too): credax.bench.sweep.SCHEDULE, with a
 # default of three values derived from a float default for a hyperparameter it does not name.
 ENTRIES = [label for label, c in calls.ALL.items()
            if hasattr(getattr(credax, c.name), "with_body")]

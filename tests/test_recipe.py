@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SKIPPED = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc", ".pytest_cache",
                                  ".hypothesis", ".ruff_cache", "site", "build", "dist", "*.egg-info")
 
-# Step 1: its module (one float hyperparameter, checked on the host like every public option).
+# Step 1: its module (one float hyperparameter whose annotation is its rule, checked on the host
+# like every public option).
 MODULE = '''"""Toy credit: a scaled copy of each turn's score (the estimator tests/test_recipe.py adds)."""
 
 from __future__ import annotations
@@ -37,16 +38,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from . import _checks
-from ._api import FINITE, check_values, jit_public
+from ._api import jit_public
+from ._checks import Finite
 from ._turns import prepare_turns
 
 
-@jit_public(check=check_values(beta=FINITE))
+@jit_public()
 def toy_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    beta: float | Float[Array, ""] = 0.5,
+    beta: Finite = 0.5,
 ) -> Float[Array, "B K"]:
     """Each turn's credit is its score scaled: ``beta * s_k``.
 

@@ -95,21 +95,29 @@ def test_no_production_module_imports_credax_testing():
 def test_the_tests_table_is_the_registry_plus_metadata():
     assert list(calls.ESTIMATORS) == list(_registry.ESTIMATORS)
     assert list(calls.TOOLS) == list(_registry.TOOLS)
-    assert list(calls.VARIANTS) == list(_registry.FORMS)
+    assert list(calls.VARIANTS) == list(calls.FORMS)
     core = [f.name for f in dataclasses.fields(_registry.Call)]
-    for label, entry in _registry.ALL.items():
+    for label, entry in calls.REGISTRY.items():
         test_entry = calls.ALL[label]
         assert isinstance(test_entry, _registry.Call)
         assert all(getattr(test_entry, f) is getattr(entry, f) for f in core), label
-    assert set(calls.META) <= set(_registry.ALL)
+    assert set(calls.META) <= set(_registry.CALLS) | set(calls.FORMS)
+
+
+def test_every_entry_declares_a_known_level_and_optional_fields():
+    # The registry's tables are the package's own constants: checked here once, not at import
+    # (Call.__post_init__ did it on every import).
+    for label, entry in calls.REGISTRY.items():
+        assert entry.level in _registry.LEVELS, label
+        assert set(entry.needs) <= {*_registry.OPTIONAL, "token_turn"}, label
 
 
 BATCH = calls.example_batch(6, 4, 8, seed=3)
 
 
-@pytest.mark.parametrize("label", list(_registry.ALL))
+@pytest.mark.parametrize("label", list(_registry.CALLS) + list(calls.FORMS))
 def test_an_entry_reads_only_the_optional_fields_it_declares(label):
-    entry = _registry.ALL[label]
+    entry = calls.REGISTRY[label]
     # Every optional field the entry does not declare is None (tcpo reads the alternatives only
     # where they are set); the call must still run.
     keep = set(entry.needs) | ({"alt_scores", "alt_mask"} if label == "tcpo_advantages" else set())

@@ -26,7 +26,7 @@ import sys
 
 import pytest
 
-from credax import _registry
+from credax.testing import calls
 
 from .test_streaming import documented
 
@@ -63,17 +63,17 @@ def sweep() -> dict[tuple[int, str], dict]:
 
 
 def test_the_axis_entries_are_batch_statistics_of_the_registry():
-    assert set(AXIS) <= set(_registry.ALL)
-    assert all(_registry.ALL[label].group_local is False for label in AXIS)
+    assert set(AXIS) <= set(calls.REGISTRY)
+    assert all(calls.REGISTRY[label].group_local is False for label in AXIS)
 
 
 @pytest.mark.parametrize("mesh", [4, 8])
-@pytest.mark.parametrize("label", list(_registry.ALL))
+@pytest.mark.parametrize("label", list(calls.REGISTRY))
 def test_inside_shard_map(sweep, mesh, label):
     result = sweep[(mesh, label)]
     assert result["error"] is None, f"{label} on {mesh} devices: {result['error']}"
     diff = result["diff"]
-    entry = _registry.ALL[label]
+    entry = calls.REGISTRY[label]
     if entry.group_local:
         claim = documented()[label][1]
         if claim == "bitwise":

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.reproducibility import streaming_batch, streaming_difference
-from credax import _registry
+from credax.testing import calls
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "reproducibility.md"
 ROW = re.compile(r"^\| `([^`]+)` \| (yes|no) \| ([^|]+) \|$", flags=re.M)
@@ -44,7 +44,7 @@ def documented() -> dict[str, tuple[bool, str]]:
 
 
 def test_every_registry_entry_declares_group_local():
-    undeclared = [label for label, c in _registry.ALL.items() if c.group_local is None]
+    undeclared = [label for label, c in calls.REGISTRY.items() if c.group_local is None]
     assert undeclared == [], (
         f"{undeclared}: declare group_local=True or False in credax/_registry.py (does one "
         "prompt group's call equal its rows in the batch?); benchmarks/reproducibility.py "
@@ -59,8 +59,8 @@ def claim(label: str) -> str:
 
 def test_the_guide_tabulates_entries_as_the_registry_declares_them():
     table = documented()
-    assert set(table) <= set(_registry.ALL), f"rows of no entry: {sorted(set(table) - set(_registry.ALL))}"
-    wrong = {label: table[label][0] for label, c in _registry.ALL.items()
+    assert set(table) <= set(calls.REGISTRY), f"rows of no entry: {sorted(set(table) - set(calls.REGISTRY))}"
+    wrong = {label: table[label][0] for label, c in calls.REGISTRY.items()
              if label in table and table[label][0] is not c.group_local}
     assert wrong == {}, f"the guide's group-local column disagrees with the registry: {wrong}"
     for label, (local, claim) in table.items():
@@ -68,8 +68,8 @@ def test_the_guide_tabulates_entries_as_the_registry_declares_them():
             re.fullmatch(r"\d\.\de[-+]\d\d", claim)), (label, claim)
 
 
-GROUP_LOCAL = [label for label, c in _registry.ALL.items() if c.group_local is True]
-BATCH_STATISTICS = [label for label, c in _registry.ALL.items() if c.group_local is False]
+GROUP_LOCAL = [label for label, c in calls.REGISTRY.items() if c.group_local is True]
+BATCH_STATISTICS = [label for label, c in calls.REGISTRY.items() if c.group_local is False]
 
 
 def test_the_test_batch_has_several_interleaved_groups():
@@ -82,7 +82,7 @@ def test_the_test_batch_has_several_interleaved_groups():
 @pytest.mark.parametrize("label", GROUP_LOCAL)
 def test_a_group_alone_equals_its_rows_in_the_batch(label):
     said = claim(label)
-    difference = streaming_difference(_registry.ALL[label], BATCH)
+    difference = streaming_difference(calls.REGISTRY[label], BATCH)
     if said == "bitwise":
         assert difference == 0.0, f"{label}: the guide says bitwise; largest difference {difference}"
     else:
@@ -92,7 +92,7 @@ def test_a_group_alone_equals_its_rows_in_the_batch(label):
 
 @pytest.mark.parametrize("label", BATCH_STATISTICS)
 def test_a_batch_statistic_differs_for_a_group_alone(label):
-    difference = streaming_difference(_registry.ALL[label], BATCH)
+    difference = streaming_difference(calls.REGISTRY[label], BATCH)
     assert difference > 1e-3, (
         f"{label} is declared a batch statistic (group_local=False), but each group's call alone "
         f"gives its rows of the batch call (largest difference {difference}): is it group-local?")

@@ -2,7 +2,8 @@
 
 Every public array function is a body made a :class:`PublicFunction` by :func:`jit_public`
 (``_grouping.jit_grouped`` declares the group ids too), e.g. ``@jit_public(static_argnames=
-("budget",), check=check_values(eps=NON_NEGATIVE), replicate=True)``.
+("budget",), replicate=True)``; a hyperparameter's value rule is its annotation (``eps:
+NonNegative = 1e-6``, the rules of ``_checks``), read from the signature when the entry is built.
 
 **The call** is one host step, then ``jitted`` (``jax.jit`` of the body, static names given):
 
@@ -10,9 +11,10 @@ Every public array function is a body made a :class:`PublicFunction` by :func:`j
    ``convert``-ed one (host ids, ``normalization``) is converted on the host, any other is
    normalised by :func:`_checks.host_value` (NumPy values in native byte order; string, object
    and complex arrays and bools among numbers refused by name; the float32/int32 range rule);
-2. the concrete-value rule on hyperparameters (``check``): ``check_values`` rules on the given
-   ones, a custom check when an argument it :func:`reads` is given (both ran on the defaults when
-   the entry was built). A value traced by the caller cannot be seen and is used as given.
+2. the concrete-value rule on hyperparameters: the rule of each given one's annotation
+   (:func:`_checks.annotated_rules`), and a custom ``check`` relating several arguments when an
+   argument it :func:`reads` is given (both ran on the defaults when the entry was built). A value
+   traced by the caller cannot be seen and is used as given.
 
 Nothing else runs on a correct call. A failed call is diagnosed (:meth:`PublicFunction._diagnose`:
 an unknown keyword with its hint, a torch tensor, an options value given for another argument,
@@ -36,10 +38,9 @@ import numpy as np
 from . import _checks, _collectives
 
 # The check vocabulary the math modules import from here (written once, in _checks).
-FINITE, NON_NEGATIVE, POSITIVE, UNIT = _checks.FINITE, _checks.NON_NEGATIVE, _checks.POSITIVE, _checks.UNIT
-check_concrete, check_values, reads = _checks.check_concrete, _checks.check_values, _checks.reads
-concrete_array, concrete_float = _checks.concrete_array, _checks.concrete_float
-concrete_numpy = _checks.concrete_numpy
+check_concrete, reads = _checks.check_concrete, _checks.reads
+concrete_array, concrete_float, concrete_numpy = (_checks.concrete_array, _checks.concrete_float,
+                                                  _checks.concrete_numpy)
 
 
 def replicate_explicit(x):
@@ -95,17 +96,19 @@ class PublicFunction:
     Attributes: ``body`` (the plain function: its docstring, signature and annotations are the
     entry's), ``jitted`` (the compiled program the call runs), ``signature``. Build one with
     :func:`jit_public`; :meth:`with_body` builds the same entry around another body (e.g.
-    ``chex.assert_max_traces(entry.body, n=1)``, to count the traces of the real call path).
+    ``chex.assert_max_traces(entry.body, n=1)``, to count the traces of the real call path), with
+    the value rules read from the first body's annotations.
     """
 
     def __init__(self, body: Callable, *, static_argnames: tuple[str, ...] = (),
                  convert: Mapping[str, Callable] | None = None, check: Callable | None = None,
                  replicate: bool = False, hints: Mapping[str, str] | None = None,
-                 traced: Mapping[str, Callable] | None = None):
+                 traced: Mapping[str, Callable] | None = None, rules: Mapping | None = None):
         functools.update_wrapper(self, body)  # __wrapped__, __name__, __doc__, __module__, ...
         convert, traced = dict(convert or {}), dict(traced or {})
+        rules = _checks.annotated_rules(body) if rules is None else dict(rules)
         self._declared = dict(static_argnames=tuple(static_argnames), convert=convert, check=check,
-                              replicate=replicate, hints=dict(hints or {}), traced=traced)
+                              replicate=replicate, hints=dict(hints or {}), traced=traced, rules=rules)
         self.body, self.signature = body, inspect.signature(body)
         params = self.signature.parameters
         unknown = (set(static_argnames) | convert.keys() | traced.keys()) - params.keys()
@@ -123,12 +126,15 @@ class PublicFunction:
         self._defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
         self._required = frozenset(params.keys() - self._defaults.keys())
         self._convert, self._traced, self._hints = convert, traced, dict(hints or {})
-        self._check, self._rules = check, getattr(check, "rules", None)
+        self._check, self._rules = check, rules
+        for name, rule in self._rules.items():  # the defaults obey their rules
+            if self._defaults.get(name) is not None:
+                _checks.check_concrete(self._defaults[name], name, *rule)
         declared = frozenset(getattr(check, "reads", None) or ())
         # A check reading defaulted arguments only: proved on them here, then run when one is given.
         self._reads = declared if declared and declared <= self._defaults.keys() else None
-        if self._rules is not None or self._reads is not None:
-            check(self._defaults if self._reads is None else {n: self._defaults[n] for n in declared})
+        if self._reads is not None:
+            check({n: self._defaults[n] for n in declared})
 
     def __call__(self, *args, **kwargs):
         return self._run(self.jitted, args, kwargs)
@@ -152,12 +158,12 @@ class PublicFunction:
         if kwargs:
             kwargs = {name: one(name, value) for name, value in kwargs.items()}
         rules, check = self._rules, self._check
-        if rules is not None:  # check_values: only a given value can break its rule
+        if rules:  # the annotations' rules: only a given value can break its rule
             for name, value in (*zip(self._positional, args, strict=False), *kwargs.items()):
                 if value is not None and name in rules:
                     _checks.check_concrete(value, name, *rules[name])
-        elif check is not None and (self._reads is None or not self._reads.isdisjoint(kwargs)
-                                    or not self._reads.isdisjoint(self._positional[:len(args)])):
+        if check is not None and (self._reads is None or not self._reads.isdisjoint(kwargs)
+                                  or not self._reads.isdisjoint(self._positional[:len(args)])):
             arguments = {**self._defaults, **dict(zip(self._positional, args, strict=False)),
                          **kwargs}
             if self._required <= arguments.keys():  # else jit's own TypeError names the missing
@@ -194,7 +200,7 @@ class PublicFunction:
             note = str(params[name].annotation)  # None is a mistake for a number (not Optional)
             if value is None and name not in self._static and "None" not in note and (
                     type(params[name].default) in (int, float) or note.startswith(("float", "int"))
-                    or name in (self._rules or ())):
+                    or name in self._rules):
                 raise TypeError(f"`{name}` must be a number; got None (a null in a config?). Leave "
                                 "it out for its default.")
             for convert in {self._convert.get(name), self._traced.get(name)} - {None}:
@@ -230,9 +236,10 @@ def jit_public(*, static_argnames: tuple[str, ...] = (), convert: Mapping[str, C
       static_argnames: options that change the program (strings, bools, shapes).
       convert: ``{argument: converter}`` run on the host before the program (``None`` passes;
         so do JAX arrays of an argument that is also ``traced``); implies ``replicate``.
-      check: called with the arguments before the program; raises on a concrete value out of its
-        range (:func:`credax._checks.check_values`, or a function declaring what it
-        :func:`credax._checks.reads`; without the declaration it runs on every call).
+      check: called with the arguments before the program, for a rule relating several
+        arguments (a hyperparameter's own rule is its annotation); raises on concrete values that
+        break it. It declares what it :func:`credax._checks.reads`; without the declaration it
+        runs on every call.
       replicate: replicate Explicit-mesh-sharded array arguments in the trace (turn scans, role
         tables, per-group scatters); row-wise functions keep their batch sharding.
       hints: ``{keyword: sentence}`` added to the ``TypeError`` of an unknown keyword.

@@ -15,31 +15,16 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
+from typing import Annotated, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
-
-def compute_dtype(dtype) -> jnp.dtype:
-    """The dtype statistics are computed in: float64 stays, everything else is float32.
-
-    bfloat16 / float16 inputs are promoted (credax's dtype convention: statistics in at least
-    float32); integer and bool inputs (e.g. 0/1 rewards) are computed in float32.
-    """
-    dtype = jnp.dtype(dtype)
-    if dtype == jnp.float64:
-        return jnp.dtype(jnp.float64)
-    return jnp.dtype(jnp.float32)
-
-
-def output_dtype(dtype) -> jnp.dtype:
-    """Floating inputs keep their dtype; integer or bool inputs give float32."""
-    dtype = jnp.dtype(dtype)
-    if jnp.issubdtype(dtype, jnp.floating):
-        return dtype
-    return jnp.dtype(jnp.float32)
+from . import _numeric
 
 
 def reject_torch(x, name: str, function: str | None = None) -> None:
@@ -214,15 +199,37 @@ def _refuse_kind(dtype, name: str) -> None:
                         "real numbers (float, int) or bools.")
 
 
-def _finite(v: float) -> bool:
-    return math.isfinite(v)
+class Rule(NamedTuple):
+    """A hyperparameter's value rule: ``ok(value)`` on its concrete value (a double), and the
+    requirement the ``ValueError`` states. NaN fails every comparison."""
+
+    ok: Callable[[float], bool]
+    requirement: str
 
 
-# The value rules of hyperparameters: (ok, requirement). NaN fails every comparison.
-FINITE = (_finite, "be finite")
-NON_NEGATIVE = (lambda v: v >= 0 and _finite(v), "be >= 0 and finite")
-POSITIVE = (lambda v: v > 0 and _finite(v), "be > 0 and finite")
-UNIT = (lambda v: 0 <= v <= 1, "lie in [0, 1]")
+FINITE = Rule(math.isfinite, "be finite")
+NON_NEGATIVE = Rule(lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite")
+POSITIVE = Rule(lambda v: v > 0 and math.isfinite(v), "be > 0 and finite")
+UNIT = Rule(lambda v: 0 <= v <= 1, "lie in [0, 1]")
+
+# A hyperparameter declares its rule once, in its annotation (``gamma: Unit = 1.0``): a float or
+# a 0-d array (it may be traced), and the rule the public entry reads from the signature
+# (:func:`annotated_rules`) and applies to a concrete value on the host.
+Scalar = float | Float[Array, ""]
+Finite = Annotated[Scalar, FINITE]
+NonNegative = Annotated[Scalar, NON_NEGATIVE]
+Positive = Annotated[Scalar, POSITIVE]
+Unit = Annotated[Scalar, UNIT]
+
+
+def annotated_rules(fn: Callable) -> dict[str, Rule]:
+    """``{argument: Rule}`` of the arguments of ``fn`` whose annotation carries a :class:`Rule`
+    (``Unit``, ``Positive | None``, ``Annotated[Scalar, Rule(...)]``)."""
+    rules = {}
+    for name, hint in typing.get_type_hints(fn, include_extras=True).items():
+        for part in (hint, *typing.get_args(hint)):  # the hint, or a member of its union
+            rules.update((name, m) for m in getattr(part, "__metadata__", ()) if isinstance(m, Rule))
+    return rules
 
 
 def check_concrete(value, name: str, ok, requirement: str) -> float | None:
@@ -264,19 +271,6 @@ def option_number(value, name: str):
         raise ValueError(f"`{name}` = {value} is beyond float32's range (±{F32_MAX:.4g}).")
     check_host_range(value, name)
     return value, v
-
-
-def check_values(**rules):
-    """A public entry's ``check``: each named hyperparameter, when given and concrete, obeys its
-    rule (``FINITE``, ``NON_NEGATIVE``, ``POSITIVE``, ``UNIT``); ``None`` is skipped."""
-
-    def check(arguments) -> None:
-        for name, rule in rules.items():
-            if arguments.get(name) is not None:
-                check_concrete(arguments[name], name, *rule)
-
-    check.rules = dict(rules)
-    return check
 
 
 def reads(*names: str):
@@ -446,60 +440,10 @@ def scalar(value, dtype, name: str) -> jax.Array:
     return value.astype(dtype)
 
 
-def select(mask: jax.Array, x: jax.Array) -> jax.Array:
-    """``x`` where ``mask``, exactly ``0`` elsewhere (a select, never a product: NaN stays out)."""
-    return jnp.where(mask, x, jnp.zeros_like(x))
-
-
-def safe_div(num: jax.Array, den: jax.Array, ok: jax.Array) -> jax.Array:
-    """``num / den`` where ``ok``, else 0 — the double-``where`` so gradients stay finite.
-
-    The inner ``where`` replaces the denominator before dividing: a plain
-    ``where(ok, num / den, 0)`` still differentiates ``num / 0`` on the untaken branch, and
-    ``0 * inf`` in the backward pass is NaN (rlax ``_clip_by_l2_norm`` explains the pattern).
-    """
-    den = jnp.where(ok, den, jnp.ones_like(den))
-    return jnp.where(ok, num / den, jnp.zeros_like(num))
-
-
-def safe_sqrt(x: jax.Array) -> jax.Array:
-    """``sqrt(x)`` with a finite gradient at 0 (defined as 0 there); NaN stays NaN.
-
-    Only ``x > 0`` and ``x == 0`` are special-cased: a NaN (or negative) argument gives NaN, never
-    ``0`` — a NaN variance must not pass for a zero spread (that turned a NaN group into ``±x/eps``).
-    """
-    positive = x > 0
-    root = jnp.sqrt(jnp.where(positive, x, jnp.ones_like(x)))
-    return jnp.where(positive, root, jnp.where(x == 0, jnp.zeros_like(x), jnp.full_like(x, jnp.nan)))
-
-
-def clip_closed(x: jax.Array, lo, hi) -> jax.Array:
-    """``clip(x, lo, hi)`` whose gradient is 1 on the *closed* interval ``[lo, hi]``, 0 outside.
-
-    ``jnp.clip`` is ``min(max(x, lo), hi)`` and splits the gradient of a value exactly on a bound
-    (0.5, the tie rule of ``max``); ``torch.clamp``, which verl and TRL clip with, passes it whole.
-    A ratio exactly on a clip bound is common (``logp == old_logp`` with a bound of 1, clipped values
-    fed back), and at ``r = 1 + ε`` with ``A < 0`` the loss is smooth: the full gradient is right.
-    """
-    inside = (x >= lo) & (x <= hi)
-    return jnp.where(inside, x, jax.lax.stop_gradient(jnp.clip(x, lo, hi)))
-
-
-def widen_index(x: jax.Array) -> jax.Array:
-    """An integer index array widened to at least int32 (64-bit indices stay 64-bit).
-
-    Narrow dtypes wrap: an int16 token id compared with a vocabulary of 32768, or an int8 turn map
-    offset by ``b * K``, overflows silently (and the backward one-hot iota would wrap too). Every
-    index is widened before any arithmetic.
-    """
-    wide = jnp.int64 if x.dtype.itemsize == 8 else jnp.int32
-    return x if x.dtype == wide else x.astype(wide)
-
-
 def as_index_array(x, name: str, what: str = "an integer array") -> jax.Array:
     """An integer index array (tokens, turn maps, role codes) widened to at least int32
-    (:func:`widen_index`)."""
-    return widen_index(as_int_array(x, name, what))
+    (:func:`credax._numeric.widen_index`)."""
+    return _numeric.widen_index(as_int_array(x, name, what))
 
 
 # --------------------------------------------------------------------------------------------

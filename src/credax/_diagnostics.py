@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
+from . import _checks, _numeric
 from ._api import jit_public
 from ._group_ids import Groups, groups_from_keys
 from ._group_stats import check_x_and_groups, prepare, segment_stats
@@ -105,19 +105,19 @@ def dead_groups(
     r, mask, _ = prepare(rewards, group_ids, mask, "rewards")
     _checks.check_ndim(r, "rewards", 1, "[B]")
     st = segment_stats(r, group_ids.index, group_ids.num_groups, mask)
-    inv_n = _checks.safe_div(jnp.ones_like(st.count), st.count, mask & (st.count > 0))
+    inv_n = _numeric.safe_div(jnp.ones_like(st.count), st.count, mask & (st.count > 0))
     num = jnp.sum(inv_n)  # each prompt's rows add up to 1
     # A group holding a non-finite valid reward is dead, as `degenerate_groups` calls it: it
     # carries no usable signal (its advantages are NaN), whatever its finite members are.
     dead = jnp.sum(jnp.where(st.constant | st.nonfinite, inv_n, 0))
     total = jnp.sum(mask, dtype=r.dtype)
-    p = _checks.safe_div(jnp.sum(jnp.where(mask, r, 0)), total, total > 0)
+    p = _numeric.safe_div(jnp.sum(jnp.where(mask, r, 0)), total, total > 0)
     p = jnp.where(jnp.isfinite(p), p, jnp.full_like(p, jnp.nan))  # p includes every valid reward
     expected_g = p ** st.count + (1 - p) ** st.count
     expected = jnp.sum(inv_n * expected_g)
     sg = jax.lax.stop_gradient
-    return DeadGroups(sg(_checks.safe_div(dead, num, num > 0)),
-                      sg(_checks.safe_div(expected, num, num > 0)), num)
+    return DeadGroups(sg(_numeric.safe_div(dead, num, num > 0)),
+                      sg(_numeric.safe_div(expected, num, num > 0)), num)
 
 
 @jit_grouped(anchors=True)  # 64-bit anchors are densified exactly on the host, as GiGPO's
@@ -157,7 +157,7 @@ def anchor_hit_ratio(
     st = segment_stats(jnp.zeros((n,), jnp.float32), g.index, g.num_groups, flat_mask)
     hits = jnp.sum(flat_mask & (st.count > 1), dtype=jnp.float32)
     total = jnp.sum(flat_mask, dtype=jnp.float32)
-    return _checks.safe_div(hits, total, total > 0)
+    return _numeric.safe_div(hits, total, total > 0)
 
 
 @jit_public()
@@ -180,7 +180,7 @@ def credit_by_turn(
     c = _checks.as_float_array(credit, "credit")
     _checks.check_ndim(c, "credit", 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", c.shape)
-    c = jax.lax.stop_gradient(c.astype(_checks.compute_dtype(c.dtype)))
+    c = jax.lax.stop_gradient(c.astype(_numeric.compute_dtype(c.dtype)))
     batch, num_turns = c.shape
     turn = jnp.broadcast_to(jnp.arange(num_turns, dtype=jnp.int32), c.shape).reshape(-1)
     n, mean, mean_abs = _per_group(c.reshape(-1), turn, num_turns, turn_mask.reshape(-1))
@@ -214,7 +214,7 @@ def credit_by_role(
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", c.shape)
     roles = _checks.as_index_array(roles, "roles")  # int8 codes compared with num_roles: widen
     _checks.check_shape(roles, "roles", c.shape, "[B, K]")
-    c = jax.lax.stop_gradient(c.astype(_checks.compute_dtype(c.dtype)))
+    c = jax.lax.stop_gradient(c.astype(_numeric.compute_dtype(c.dtype)))
     known = turn_mask & (roles >= 0) & (roles < num_roles)
     index = jnp.where(known, roles, 0).astype(jnp.int32).reshape(-1)
     n, mean, mean_abs = _per_group(c.reshape(-1), index, num_roles, known.reshape(-1))

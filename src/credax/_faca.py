@@ -12,19 +12,17 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import FINITE, check_values, concrete_array
+from . import _checks, _numeric
+from ._api import concrete_array
+from ._checks import Finite
 from ._group_ids import Groups
 from ._group_stats import check_x_and_groups
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
 from ._normalization import Normalization
 
-_check_coef = check_values(reaction_coef=FINITE)
-
 
 def _check_args(arguments) -> None:
-    """``reaction_coef`` finite; a concrete ``reaction_mask`` true only on valid turns."""
-    _check_coef(arguments)
+    """A concrete ``reaction_mask`` true only on valid turns."""
     r = concrete_array(arguments.get("reaction_mask"))
     m = concrete_array(arguments.get("turn_mask"))
     if r is None or m is None or r.shape != m.shape or r.dtype != bool or m.dtype != bool:
@@ -53,7 +51,7 @@ def faca_advantages(
     group_ids: Int[Array, " B"] | Groups,
     *,
     reaction_mask: Bool[Array, "B K"] | None = None,
-    reaction_coef: float | Float[Array, ""] = 1.0,
+    reaction_coef: Finite = 1.0,
     normalization: Normalization | None = None,
 ) -> Float[Array, "B K"]:
     """FACA segment advantages: outcome advantage per prompt plus reaction advantage per segment.
@@ -139,8 +137,8 @@ def faca_advantages(
         given = _checks.as_mask(reaction_mask, "reaction_mask", r_x.shape)
         reacted = given & turn_mask
         stray = jnp.any(given & ~turn_mask, axis=1)  # traced only: the check refused it eagerly
-    out_dtype = _checks.output_dtype(jnp.promote_types(r_x.dtype, r_o.dtype))
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(jnp.promote_types(r_x.dtype, r_o.dtype))
+    dt = _numeric.compute_dtype(out_dtype)
 
     opts = normalization_or(normalization)
     has_turn = jnp.any(turn_mask, axis=1)

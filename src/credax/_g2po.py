@@ -16,8 +16,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import FINITE, NON_NEGATIVE, UNIT, check_values
+from . import _checks, _numeric
+from ._checks import Finite, NonNegative, Unit
 from ._group_ids import Groups, groups_from_keys
 from ._group_stats import check_x_and_groups, group_stats
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
@@ -49,8 +49,6 @@ class G2PO(NamedTuple):
 @jit_grouped(
     static_argnames=("episode_pooling",),
     anchors=True,
-    check=check_values(gamma=UNIT, omega=FINITE, invalid_penalty=FINITE,
-                       success_reward=FINITE, step_discount=NON_NEGATIVE),
 )
 def g2po_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -59,11 +57,11 @@ def g2po_advantages(
     group_ids: Int[Array, " B"] | Groups,
     action_valid: Bool[Array, "B K"] | None = None,
     *,
-    gamma: float | Float[Array, ""] = 0.95,
-    omega: float | Float[Array, ""] = 1.0,
-    invalid_penalty: float | Float[Array, ""] = 0.1,
-    success_reward: float | Float[Array, ""] = 10.0,
-    step_discount: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 0.95,
+    omega: Finite = 1.0,
+    invalid_penalty: Finite = 0.1,
+    success_reward: Finite = 10.0,
+    step_discount: NonNegative = 1.0,
     episode_pooling: str = "step",
     normalization: Normalization | None = None,
 ) -> G2PO:
@@ -157,7 +155,7 @@ def g2po_advantages(
     _checks.check_shape(r, "outcome_rewards", anchors.shape[:1], "[B]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", anchors.shape)
     check_x_and_groups(anchors, group_ids, "anchor_ids")
-    out_dtype, dt = _checks.output_dtype(r.dtype), _checks.compute_dtype(r.dtype)
+    out_dtype, dt = _numeric.output_dtype(r.dtype), _numeric.compute_dtype(r.dtype)
     batch, num_turns = anchors.shape
     if num_turns == 0:
         zero = jnp.zeros((batch, 0), out_dtype)

@@ -19,16 +19,17 @@ The critic's side of PPO, in the same data model as the rest of credax:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
+from . import _checks, _numeric
 from ._api import check_concrete, jit_public, reads
-from ._losses import aggregate_values, check_agg, check_normalizer
+from ._loss_options import Normalizer, check_agg
+from ._losses import aggregate_values
 from ._turns import check_token_turn, masked_discounted_sum, next_valid
 
 
@@ -109,8 +110,8 @@ def _prepare_timesteps(rewards, values, mask, bootstrap, gamma, lam):
     v = _checks.as_float_array(values, "values")
     _checks.check_shape(v, "values", r.shape, "[B, N]")
     mask = _checks.as_mask(mask, "mask", r.shape)
-    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, v.dtype))
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(jnp.promote_types(r.dtype, v.dtype))
+    dt = _numeric.compute_dtype(out_dtype)
     batch = r.shape[0]
     r = jnp.where(mask, r.astype(dt), jnp.zeros((), dt))
     v = jax.lax.stop_gradient(jnp.where(mask, v.astype(dt), jnp.zeros((), dt)))
@@ -240,8 +241,8 @@ def turn_values(
     token_turn = check_token_turn(token_turn, v.shape[0])
     _checks.check_shape(token_turn, "token_turn", v.shape, "[B, T]")
     mask = _checks.as_mask(mask, "mask", v.shape)
-    out_dtype = _checks.output_dtype(v.dtype)
-    tv, has_token = _first_token_values(v.astype(_checks.compute_dtype(v.dtype)), token_turn, mask,
+    out_dtype = _numeric.output_dtype(v.dtype)
+    tv, has_token = _first_token_values(v.astype(_numeric.compute_dtype(v.dtype)), token_turn, mask,
                                         num_turns)
     return TurnValues(tv.astype(out_dtype), has_token)
 
@@ -305,8 +306,8 @@ def turn_gae_advantages(
     token_turn = check_token_turn(token_turn, r.shape[0])
     _checks.check_shape(token_turn, "token_turn", v.shape, "[B, T]")
     token_mask = _checks.as_mask(token_mask, "token_mask", v.shape)
-    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, v.dtype))
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(jnp.promote_types(r.dtype, v.dtype))
+    dt = _numeric.compute_dtype(out_dtype)
     tv, has_token = _first_token_values(v.astype(dt), token_turn, token_mask, r.shape[1])
     steps = turn_mask & has_token
     r, tv, steps, boot, gamma, lam, _ = _prepare_timesteps(r.astype(dt), tv, steps, bootstrap,
@@ -315,16 +316,11 @@ def turn_gae_advantages(
     return TurnGAE(adv.astype(out_dtype), ret.astype(out_dtype), tv.astype(out_dtype))
 
 
-@reads("alpha")
-def _check_alpha(a) -> None:
-    check_concrete(a["alpha"], "alpha", lambda v: v > 0, "be positive (λ = 1 - 1/(α·L))")
-
-
-@jit_public(check=_check_alpha)
+@jit_public()
 def vapo_lambda(
     mask: Bool[Array, "B N"],
     *,
-    alpha: float | Float[Array, ""] = 0.05,
+    alpha: Annotated[_checks.Scalar, _checks.Rule(lambda v: v > 0, "be positive (λ = 1 - 1/(α·L))")] = 0.05,
 ) -> Float[Array, " B"]:
     """VAPO's length-adaptive GAE λ per row: ``λ = max(0, 1 - 1 / (α · L))``, ``L`` valid steps.
 
@@ -357,27 +353,21 @@ def vapo_lambda(
     length = jnp.sum(mask, axis=-1, dtype=jnp.float32)
     alpha = _checks.scalar(alpha, jnp.float32, "alpha")
     positive = length > 0
-    lam = 1 - _checks.safe_div(jnp.ones_like(length), alpha * length, positive)
+    lam = 1 - _numeric.safe_div(jnp.ones_like(length), alpha * length, positive)
     return jnp.where(positive, jnp.maximum(lam, 0), jnp.zeros_like(lam))
 
 
-@reads("clip", "normalizer")
-def _check_value_loss_args(a) -> None:
-    if a["clip"] is not None:
-        check_concrete(a["clip"], "clip", lambda v: v > 0, "be positive (or None for no clipping)")
-    check_normalizer(a["normalizer"])
-
-
-@jit_public(static_argnames=("agg",), check=_check_value_loss_args)
+@jit_public(static_argnames=("agg",))
 def value_loss(
     values: Float[Array, "B N"],
     old_values: Float[Array, "B N"],
     returns: Float[Array, "B N"],
     mask: Bool[Array, "B N"],
     *,
-    clip: float | Float[Array, ""] | None = 0.5,
+    clip: Annotated[_checks.Scalar, _checks.Rule(lambda v: v > 0, "be positive (or None for no "
+                                                  "clipping)")] | None = 0.5,
     agg: str = "token-mean",
-    normalizer: float | Float[Array, ""] | None = None,
+    normalizer: Normalizer | None = None,
 ) -> ValueLoss:
     """PPO's clipped value loss: ``½ · aggregate(max((V - R)², (clip(V, V_old ± c) - R)²))``.
 
@@ -416,7 +406,7 @@ def value_loss(
     v = _checks.as_float_array(values, "values")
     _checks.check_ndim(v, "values", 2, "[B, N]")
     mask = _checks.as_mask(mask, "mask", v.shape)
-    dt = _checks.compute_dtype(v.dtype)
+    dt = _numeric.compute_dtype(v.dtype)
     sg = jax.lax.stop_gradient
 
     def prep(x, name):
@@ -436,6 +426,6 @@ def value_loss(
         losses = jnp.maximum(unclipped, clipped)
         count = jnp.sum(mask, dtype=dt)
         took = jnp.where(mask, sg(clipped) > sg(unclipped), False)
-        clip_frac = _checks.safe_div(jnp.sum(took, dtype=dt), count, count > 0)
+        clip_frac = _numeric.safe_div(jnp.sum(took, dtype=dt), count, count > 0)
     loss = 0.5 * aggregate_values(losses, mask, agg, normalizer)
     return ValueLoss(loss, clip_frac)

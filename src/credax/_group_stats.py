@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import _checks
+from . import _checks, _numeric
 from ._group_ids import Groups
 
 
@@ -74,8 +74,6 @@ class _Stats(NamedTuple):
 
 def check_x_and_groups(x, g: Groups, name: str) -> None:
     idx = g.index
-    if idx.ndim != 1:
-        raise ValueError(f"`group_ids` must be 1-D, shape [B]; got shape {idx.shape}.")
     if x.ndim < 1 or x.shape[0] != idx.shape[0]:
         raise ValueError(
             f"`{name}` must have a leading batch axis of size B={idx.shape[0]} (the length of "
@@ -133,7 +131,7 @@ def segment_stats(x: jax.Array, index: jax.Array, num_groups: int, mask: jax.Arr
     cols = jnp.stack([mask.astype(x.dtype), shifted, own_nonfinite.astype(x.dtype)], axis=-1)
     count_g, sum_g, bad_g = jnp.moveaxis(jax.ops.segment_sum(cols, index, num_groups), -1, 0)
     finite_count = count_g - bad_g
-    mean_g = _checks.safe_div(sum_g, finite_count, finite_count > 0)
+    mean_g = _numeric.safe_div(sum_g, finite_count, finite_count > 0)
     mean = mean_g[index]
     centred = jnp.where(ok, shifted - mean, jnp.zeros_like(x))
     sum_sq = jax.ops.segment_sum(centred * centred, index, num_groups)[index]
@@ -225,7 +223,7 @@ def _block_stats(x: jax.Array, group_size: int, mask: jax.Array, sum_sq: bool = 
     unit, inv_unit = _pow2(e, dt), _pow2(-e, dt)
     shifted = jnp.where(ok, xb * inv_unit - hi * inv_unit, jnp.zeros_like(xb))
     total, finite_count = (v[:, None] for v in _block_sum_pair(shifted, sg(ok.astype(dt))))
-    mean = _checks.safe_div(total, finite_count, finite_count > 0)
+    mean = _numeric.safe_div(total, finite_count, finite_count > 0)
     squares = None
     if sum_sq:
         centred = jnp.where(ok, shifted - mean, jnp.zeros_like(xb))
@@ -256,8 +254,8 @@ def prepare(x, g: Groups, mask, name: str = "x"):
     x = _checks.as_float_array(x, name)
     check_x_and_groups(x, g, name)
     mask = _checks.as_mask(mask, "mask", x.shape)
-    out_dtype = _checks.output_dtype(x.dtype)
-    xc = x.astype(_checks.compute_dtype(x.dtype))
+    out_dtype = _numeric.output_dtype(x.dtype)
+    xc = x.astype(_numeric.compute_dtype(x.dtype))
     return xc, mask, out_dtype
 
 

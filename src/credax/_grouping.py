@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _api, _checks
+from . import _api, _checks, _numeric
 from ._group_ids import Groups, groups, host_ids, host_state_ids
 from ._group_stats import group_stats, prepare, segment_stats
 from ._normalization import MOVED_TO_NORMALIZATION, Normalization, as_normalization
@@ -80,7 +80,7 @@ def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normal
     centred = st.shifted - st.mean
     if leave_one_out:
         # x_i - mean_{j != i} x_j = n / (n - 1) * (x_i - mean); n >= 2 off the singleton branch.
-        centred = centred * _checks.safe_div(st.count, st.count - 1, st.count > 1)
+        centred = centred * _numeric.safe_div(st.count, st.count - 1, st.count > 1)
     if center:
         num = centred
     else:
@@ -105,14 +105,14 @@ def normalize_with_groups(x: jax.Array, g: Groups, mask: jax.Array, opts: Normal
             bad = bad | bst.nonfinite
         bad = bad | bad_eps
         dof = count - ddof
-        var = _checks.safe_div(sum_sq, dof, dof > 0)
+        var = _numeric.safe_div(sum_sq, dof, dof > 0)
         if eps_mode == "add":
-            den = _checks.safe_sqrt(var) * ratio + eps * inv
+            den = _numeric.safe_sqrt(var) * ratio + eps * inv
         else:
-            den = _checks.safe_sqrt(var * ratio * ratio + eps * inv * inv)
+            den = _numeric.safe_sqrt(var * ratio * ratio + eps * inv * inv)
         # Zero-spread sets are never divided: centred they are exactly 0 already, and uncentred
         # (center=False) dividing a constant by eps would blow it up by 1/eps.
-        out = _checks.safe_div(num, den, (den > 0) & ~constant)
+        out = _numeric.safe_div(num, den, (den > 0) & ~constant)
         out = jnp.where(constant, st.value(num), out)
 
     if singleton == "zero":
@@ -273,7 +273,7 @@ def peer_mean_with_groups(x: jax.Array, g: Groups, mask: jax.Array) -> PeerMean:
     others = st.count - 1
     has_peer = mask & (others > 0)
     # Sum of the others in the shifted domain: the set's sum minus the entry's own value.
-    loo = _checks.safe_div(st.total - st.shifted, others, has_peer)
+    loo = _numeric.safe_div(st.total - st.shifted, others, has_peer)
     mean = jnp.where(has_peer, st.shift + st.value(loo), jnp.zeros_like(x))
     # The others hold a non-finite value: every non-finite member of the set but this entry.
     others_bad = st.nonfinite & ~(st.own_nonfinite & (st.bad_count <= 1))

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks, _collectives
+from . import _checks, _collectives, _numeric
 from ._api import _replicate_tree, jit_public, replicate_explicit
 from ._logprobs import (
     _check_logprobs_args,
@@ -54,7 +54,7 @@ def _chunk_logprobs(h, w, tok, valid, dtype, inv_temp):
     picked = jnp.take_along_axis(z, safe[..., None], axis=-1)[..., 0]
     lse = jax.nn.logsumexp(z, axis=-1)
     lp = jnp.where(in_range, picked - lse, jnp.full_like(lse, jnp.nan))
-    return logits, safe, in_range, lse, _checks.select(valid, lp)
+    return logits, safe, in_range, lse, _numeric.select(valid, lp)
 
 
 def _vocab_parallel_chunk_logprobs(h, w, tok, valid, dtype, inv_temp, axis):
@@ -63,7 +63,7 @@ def _vocab_parallel_chunk_logprobs(h, w, tok, valid, dtype, inv_temp, axis):
     (``credax._collectives.vocab_parallel_chunk``: ``[B, c]`` collectives only); ``here`` marks
     the tokens this shard holds."""
     c = _collectives.vocab_parallel_chunk(h, w, tok, dtype, inv_temp, axis)
-    lp = _checks.select(valid, _collectives.vocab_parallel_logprobs(c, inv_temp))
+    lp = _numeric.select(valid, _collectives.vocab_parallel_logprobs(c, inv_temp))
     return c.logits, c.local, c.in_range, c.lse, lp, c.here
 
 
@@ -74,7 +74,7 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
     With ``vocab_axis`` the unembedding is this device's vocabulary shard: the sums over the
     vocabulary (log-sum-exp, taken logit, ``d h``, the temperature's mean logit) are ``psum``-ed
     over that axis, ``d W`` stays the shard's."""
-    dtype = _checks.compute_dtype(hidden.dtype)
+    dtype = _numeric.compute_dtype(hidden.dtype)
     inv_temp = _inverse_temperature(consts["temperature"], dtype)
     num_chunks, batch, _, dim = hidden.shape
     loss_args = _loss_args(consts)
@@ -91,7 +91,7 @@ def _run(hidden, unembedding, tokens, valid, consts, chunk_size: int, with_grad:
     else:
         # Positions outside the chunk being differentiated hold the behaviour policy's log-probs
         # (ratio 1, finite): with a per-token loss their values do not enter the chunk's gradient.
-        base = _chunks_of(_checks.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
+        base = _chunks_of(_numeric.select(loss_args["mask"], loss_args["old_logp"].astype(dtype)),
                           num_chunks, chunk_size)
 
     def over_vocab(x):  # a sum over the vocabulary: this shard's part, then the axis's
@@ -385,7 +385,7 @@ def policy_loss_from_hidden(
     _token_advantages(advantages, token_turn, mask, shape, jnp.float32)
 
     if length == 0:  # no token: policy_loss of an empty mask (loss 0, zero gradients, no scan)
-        return _policy_loss_body(jnp.zeros(shape, _checks.compute_dtype(common)), old_logp,
+        return _policy_loss_body(jnp.zeros(shape, _numeric.compute_dtype(common)), old_logp,
                                  advantages, mask, options=options, ref_logp=ref_logp,
                                  token_turn=token_turn, rollout_logp=rollout_logp, entropy=None,
                                  axis_name=axis_name)

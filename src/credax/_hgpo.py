@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import FINITE, UNIT, check_values
+from . import _checks, _numeric
+from ._checks import Finite, Unit
 from ._group_ids import Groups, groups_from_keys
 from ._group_stats import check_x_and_groups, exact_at_mean, group_stats, prepare
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
@@ -169,7 +169,6 @@ def _centred_on_a_member(g, hi, lo, groups: Groups, valid):
 @jit_grouped(
     static_argnames=("history", "episode_group", "episode_pooling", "episode_singleton"),
     anchors=True,
-    check=check_values(gamma=UNIT, alpha=FINITE),
 )
 def hgpo_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -179,8 +178,8 @@ def hgpo_advantages(
     group_ids: Int[Array, " B"] | Groups,
     *,
     history: int = 2,
-    gamma: float | Float[Array, ""] = 0.95,
-    alpha: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 0.95,
+    alpha: Finite = 1.0,
     episode_group: bool = False,
     episode_pooling: str = "trajectory",
     episode_singleton: str = "zero",
@@ -290,8 +289,6 @@ def hgpo_advantages(
     _checks.check_option(episode_pooling, "episode_pooling", EPISODE_POOLING)
     _checks.check_option(episode_singleton, "episode_singleton", EPISODE_SINGLETON)
     history = _checks.check_static_int(history, "history", minimum=0)
-    if not isinstance(episode_group, bool):
-        raise TypeError(f"`episode_group` must be a Python bool; got {episode_group!r}.")
     r, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(
         outcome_rewards, step_rewards, anchor_ids, turn_mask)
     base = normalization_or(normalization, HGPO_NORMALIZATION)
@@ -378,7 +375,7 @@ def hgpo_advantages(
     total = jnp.sum(w, axis=-1)
     num = jnp.sum(jnp.where(informative, w * levels, jnp.zeros((), dt)), axis=-1)
     eps_scaled = jnp.where(eps > 0, jnp.exp(jnp.log(jnp.where(eps > 0, eps, 1)) - top), 0)
-    adv = _checks.safe_div(num, total + eps_scaled, any_level & (total + eps_scaled > 0))
+    adv = _numeric.safe_div(num, total + eps_scaled, any_level & (total + eps_scaled > 0))
     adv = jnp.where(turn_mask, adv, jnp.zeros((), dt))
     levels = jnp.where(turn_mask[..., None], levels, jnp.zeros((), dt))
     return HGPO(adv.astype(out_dtype), levels.astype(out_dtype), informative)

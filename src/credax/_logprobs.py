@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks, _collectives
+from . import _checks, _collectives, _numeric
 from ._api import concrete_numpy, jit_public, reads, replicate_explicit
 
 # --------------------------------------------------------------------------------------------
@@ -59,12 +59,12 @@ def _picked(logits: jax.Array, tokens: jax.Array, dtype, inv_temp) -> jax.Array:
 def _logprob_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array, inv_temp=None) -> jax.Array:
     """``(logits[token] - logsumexp(logits / T)·T) / T``; ``tokens`` in range, ``mask`` only shapes
     the VJP; ``inv_temp`` is ``1 / T`` (a constant: it gets no gradient) or ``None`` for T = 1."""
-    dtype = _checks.compute_dtype(logits.dtype)
+    dtype = _numeric.compute_dtype(logits.dtype)
     return _picked(logits, tokens, dtype, inv_temp) - _logsumexp(logits, dtype, inv_temp)
 
 
 def _logprob_core_fwd(logits, tokens, mask, inv_temp=None):
-    dtype = _checks.compute_dtype(logits.dtype)
+    dtype = _numeric.compute_dtype(logits.dtype)
     lse = _logsumexp(logits, dtype, inv_temp)
     return _picked(logits, tokens, dtype, inv_temp) - lse, (logits, tokens, mask, lse, inv_temp)
 
@@ -98,7 +98,7 @@ def _autodiff_core(logits: jax.Array, tokens: jax.Array, mask: jax.Array, inv_te
     (the hidden states are selected to 0 first), so no select is needed in the backward pass.
     """
     del mask
-    dtype = _checks.compute_dtype(logits.dtype)
+    dtype = _numeric.compute_dtype(logits.dtype)
     logits = _scaled(logits.astype(dtype), inv_temp)
     picked = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0]
     return picked - jax.nn.logsumexp(logits, axis=-1)
@@ -118,7 +118,7 @@ def _picked_logprobs(logits: jax.Array, tokens: jax.Array, mask: jax.Array | Non
     lp = core(logits, safe, valid, inv_temp).astype(dtype)
     # An out-of-range token on a real position is a data bug: keep it visible as NaN.
     lp = jnp.where(in_range, lp, jnp.full_like(lp, jnp.nan))
-    return lp if mask is None else _checks.select(mask, lp)
+    return lp if mask is None else _numeric.select(mask, lp)
 
 
 def check_temperature(temperature) -> None:
@@ -301,7 +301,7 @@ def token_logprobs(
     tokens = _check_tokens(tokens, shape)
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", shape)
-    dtype = _checks.compute_dtype(logits.dtype)
+    dtype = _numeric.compute_dtype(logits.dtype)
     return _picked_logprobs(logits, tokens, mask, dtype,
                             inv_temp=_inverse_temperature(temperature, dtype))
 
@@ -388,12 +388,12 @@ def token_entropy(
     _checks.check_ndim(logits, "logits", 3, "[B, T, V]")
     if logits.shape[-1] == 0:
         raise ValueError(f"`logits` must have a vocabulary axis V >= 1; got shape {logits.shape}.")
-    dtype = _checks.compute_dtype(logits.dtype)
+    dtype = _numeric.compute_dtype(logits.dtype)
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", logits.shape[:2])
         logits = jnp.where(mask[..., None], logits, jnp.zeros_like(logits))
     out = _entropy_values(logits, dtype, _inverse_temperature(temperature, dtype))
-    return out if mask is None else _checks.select(mask, out)
+    return out if mask is None else _numeric.select(mask, out)
 
 
 def _vocab_parallel_logprobs(h, w, tok, m, dtype, inv_temp, axis, with_entropy):
@@ -402,11 +402,11 @@ def _vocab_parallel_logprobs(h, w, tok, m, dtype, inv_temp, axis, with_entropy):
     transpose of each ``psum`` hands every device its own share of the gradient."""
     c = _collectives.vocab_parallel_chunk(h, w, tok, dtype, inv_temp, axis)
     lp = _collectives.vocab_parallel_logprobs(c, inv_temp)
-    lp = lp if m is None else _checks.select(m, lp)
+    lp = lp if m is None else _numeric.select(m, lp)
     if not with_entropy:
         return lp
     ent = _collectives.vocab_parallel_entropy(c, inv_temp, axis)
-    return LogprobsEntropy(lp, ent if m is None else _checks.select(m, ent))
+    return LogprobsEntropy(lp, ent if m is None else _numeric.select(m, ent))
 
 
 def check_hidden_and_unembedding(hidden, unembedding) -> tuple[jax.Array, jax.Array]:
@@ -540,15 +540,13 @@ def _from_hidden(hidden, unembedding, tokens, chunk_size, mask, temperature, wit
     common = jnp.promote_types(hidden.dtype, unembedding.dtype)
     if not jnp.issubdtype(common, jnp.floating):
         common = jnp.dtype(jnp.float32)
-    dtype = _checks.compute_dtype(common)
+    dtype = _numeric.compute_dtype(common)
     hidden, unembedding = hidden.astype(common), unembedding.astype(common)
     if mask is not None:
         hidden = jnp.where(mask[..., None], hidden, jnp.zeros_like(hidden))
 
     inv_temp = _inverse_temperature(temperature, dtype)
 
-    if not isinstance(with_entropy, bool):
-        raise TypeError(f"`with_entropy` must be a Python bool; got {with_entropy!r}.")
     _collectives.check_axis_name(vocab_axis, "vocab_axis")
 
     def logprobs(h, tok, m):
@@ -560,7 +558,7 @@ def _from_hidden(hidden, unembedding, tokens, chunk_size, mask, temperature, wit
         if not with_entropy:
             return lp
         ent = _entropy_values(logits, dtype, inv_temp)
-        return LogprobsEntropy(lp, ent if m is None else _checks.select(m, ent))
+        return LogprobsEntropy(lp, ent if m is None else _numeric.select(m, ent))
 
     if chunk_size is None or chunk_size >= length:
         return logprobs(hidden, tokens, mask)

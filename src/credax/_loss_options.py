@@ -12,6 +12,7 @@ so a schedule never recompiles), every concrete value checked when the value is 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import jax
 import numpy as np
@@ -72,17 +73,59 @@ NOT_A_MAPPING = ("argument after ** must be a mapping, not {kind}: a preset is o
 
 class OptionsValue:
     """What both options values (:class:`credax.Normalization`, :class:`LossOptions`) share: an
-    immutable value with equality by fields, final, and not a mapping (``**preset`` explains the
-    keyword instead). A class sets ``_FIELDS`` and ``_KEYWORD`` / ``_EXAMPLE`` for that message."""
+    immutable, final pytree with equality by fields, not a mapping (``**preset`` explains the
+    keyword instead), whose fields :meth:`_check` checks (the class's one table of rules).
+
+    A class sets ``_FIELDS`` (constructor order), ``_LEAVES`` (the numeric fields: pytree leaves,
+    which may be traced) and ``_STATIC`` (aux data: they change the program), ``_KEYWORD`` /
+    ``_EXAMPLE`` for the messages, and ``_check(values) -> values``. Values the constructor,
+    ``replace``, a copy or a pickle built are checked then (``_checked``); one ``tree_unflatten``
+    built (under a transformation the leaves may be tracers) is checked at its next use
+    (:meth:`take`)."""
 
     __slots__ = ()
     _FIELDS: tuple = ()
+    _LEAVES: tuple = ()
+    _STATIC: tuple = ()
     _KEYWORD = _EXAMPLE = ""
 
     def __init_subclass__(cls, **kwargs):
         if OptionsValue not in cls.__bases__:
-            refuse_subclass(cls.__mro__[1].__name__)
+            raise TypeError(f"credax.{cls.__mro__[1].__name__} cannot be subclassed (it is a "
+                            "registered pytree of checked fields); build one with "
+                            f"`credax.{cls.__mro__[1].__name__}(...)` or `preset.replace(...)`.")
         super().__init_subclass__(**kwargs)
+        jax.tree_util.register_pytree_node_class(cls)
+
+    def _fill(self, values: dict, *, checked: bool):
+        """Write the fields (``checked``: they passed :meth:`_check`); returns ``self``."""
+        for key in self._FIELDS:
+            object.__setattr__(self, key, values[key])
+        object.__setattr__(self, "_checked", checked)
+        return self
+
+    @classmethod
+    def _build(cls, values: dict, *, checked: bool):
+        return object.__new__(cls)._fill(values, checked=checked)
+
+    @classmethod
+    def take(cls, value, name: str, default=None):
+        """``value`` as the argument ``name``: an instance (checked unless its constructor built
+        it), or ``None`` (``default``); anything else is a ``TypeError`` naming ``name``."""
+        if value is None:
+            return default
+        if isinstance(value, cls):
+            if not value._checked:  # rebuilt by tree_unflatten (tree_map, a transformation's output)
+                cls._check(value.asdict())
+            return value
+        if isinstance(value, OptionsValue):
+            hint = (f" (a {type(value).__name__} is the `{value._KEYWORD}=` value; `{name}` takes a "
+                    f"credax.{cls.__name__})")
+        else:
+            hint = (f" (a mapping is not accepted: build `credax.{cls.__name__}(**fields)`)"
+                    if hasattr(value, "items") else "")
+        raise TypeError(f"`{name}` must be a credax.{cls.__name__} (e.g. {cls._EXAMPLE.split('=')[1]}) "
+                        f"or None; got {type(value).__name__}{hint}.")
 
     def __setattr__(self, name, value):
         raise AttributeError(f"{type(self).__name__} is immutable; use `.replace({name}=...)`.")
@@ -120,6 +163,78 @@ class OptionsValue:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._FIELDS)
         return f"{type(self).__name__}({fields})"
 
+    def __reduce__(self):
+        # copy, deepcopy and pickle rebuild through the checks (no deprecation warning again);
+        # the default protocol would set the slots through the refusing __setattr__.
+        return (_rebuild, (type(self), self.asdict()))
+
+    def tree_flatten(self):
+        return (tuple(getattr(self, k) for k in self._LEAVES),
+                tuple(getattr(self, k) for k in self._STATIC))
+
+    @classmethod
+    def tree_unflatten(cls, static, children):
+        # No check here: under a transformation the leaves may be tracers or sentinels. Hand-made
+        # aux data of the wrong length is named (zip's "argument 2 is shorter" would name nothing).
+        if len(tuple(static)) != len(cls._STATIC) or len(tuple(children)) != len(cls._LEAVES):
+            raise ValueError(f"{cls.__name__}.tree_unflatten: the aux data must hold the "
+                             f"{len(cls._STATIC)} static fields {list(cls._STATIC)} and the "
+                             f"children the leaves {list(cls._LEAVES)}; got {len(tuple(static))} "
+                             f"fields and {len(tuple(children))} children.")
+        values = dict(zip(cls._STATIC + cls._LEAVES, (*static, *children), strict=True))
+        return cls._build(values, checked=False)
+
+
+def _rebuild(cls, values: dict) -> OptionsValue:
+    return cls._build(cls._check(values), checked=True)
+
+
+def check_fields(values: dict, *, choices: dict, bools: tuple, rules: dict,
+                 optional=frozenset()) -> dict:
+    """The table-driven field check of an options value: each of ``choices`` among its modes,
+    ``bools`` Python bools (they change the program), each number of ``rules`` a real scalar
+    (:func:`_checks.option_number`) whose concrete value obeys its rule as a double and in float32
+    (JAX's dtype without x64); ``None`` passes where ``optional``. Returns the values as stored."""
+    for key, modes in choices.items():
+        _checks.check_option(values[key], key, modes)
+    if any(not isinstance(values[key], bool) for key in bools):
+        names, got = " and ".join(f"`{k}`" for k in bools), ", ".join(f"{k}={values[k]!r}" for k in bools)
+        what = "a Python bool (it changes" if len(bools) == 1 else "Python bools (they change"
+        raise TypeError(f"{names} must be {what} the program); got {got}.")
+    out = dict(values)
+    for key, (ok, requirement) in rules.items():
+        if out[key] is None and key in optional:
+            continue
+        out[key], v = _checks.option_number(out[key], key)
+        if v is not None and not ok(v):
+            raise ValueError(f"`{key}` must {requirement}; got {v}.")
+        if v is not None and not jax.config.jax_enable_x64 and not ok(float(np.float32(v))):
+            # e.g. clip_high=1e-50 is 0 in float32, clip_low=1 - 1e-9 is 1: the rule fails there.
+            raise ValueError(f"`{key}` must {requirement} in float32 (JAX computes in float32 "
+                             f"without `jax_enable_x64`); got {v!r}, {float(np.float32(v))!r} in "
+                             "float32.")
+    return out
+
+
+# The rule of a global denominator (a LossOptions field, `aggregate`'s and `value_loss`'s argument).
+# A concrete count of 0 (or inf) is a bug upstream; a traced 0 (a psum over empty masks) still
+# gives loss 0 with a zero gradient.
+NORMALIZER = _checks.Rule(lambda v: v > 0 and math.isfinite(v),
+                          "be a positive, finite token or sequence count")
+Normalizer = Annotated[_checks.Scalar, NORMALIZER]
+
+
+def check_agg(agg: str, normalizer, name: str = "agg") -> None:
+    """An aggregation mode ``name`` and the ``normalizer`` it needs (or refuses)."""
+    _checks.check_option(agg, name, AGG_MODES)
+    if agg == "seq-mean-token-sum-norm" and normalizer is None:
+        raise ValueError(
+            f"`{name}='seq-mean-token-sum-norm'` (Dr. GRPO) needs `normalizer`: the constant the "
+            "token sums are divided by, e.g. number of sequences × max response length. It has "
+            "no default on purpose: a padded width that changes with the batch is not a constant.")
+    if agg == "token-sum" and normalizer is not None:
+        raise ValueError(f"`{name}='token-sum'` has no denominator; do not pass `normalizer`.")
+
 
 # One rule per numeric field: (ok, requirement). Each value is a double already known to be a
 # number; ±inf passes only where a rule allows it.
@@ -130,8 +245,7 @@ _RULES = {
                   "`dual_clip=None` disables it)"),
     "ratio_cap": (lambda v: v > 1 and math.isfinite(v),
                   "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)"),
-    "normalizer": (lambda v: v > 0 and math.isfinite(v),
-                   "be a positive, finite token or sequence count"),
+    "normalizer": NORMALIZER,
     "kl_coef": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
     "kl_clamp": (lambda v: v > 0, "be > 0 (or None)"),
     "rollout_is_threshold": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
@@ -145,23 +259,6 @@ _RULES = {
     "vespo_k_neg": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
     "vespo_lambda_neg": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
 }
-
-
-def refuse_subclass(kind: str) -> None:
-    """An options value is final: a subclass is not the registered pytree (JAX would take it for
-    an array and fail inside the trace)."""
-    raise TypeError(f"credax.{kind} cannot be subclassed (it is a registered pytree of checked "
-                    f"fields); build one with `credax.{kind}(...)` or `preset.replace(...)`.")
-
-
-def unflatten_arity(kind: str, static, children, static_keys, leaf_keys) -> None:
-    """``ValueError`` for hand-made aux data (another tree's treedef, a stale pickle) in an options
-    value's ``tree_unflatten``: zip's "argument 2 is shorter" would name nothing."""
-    if len(tuple(static)) != len(static_keys) or len(tuple(children)) != len(leaf_keys):
-        raise ValueError(f"{kind}.tree_unflatten: the aux data must hold the {len(static_keys)} "
-                         f"static fields {list(static_keys)} and the children the leaves "
-                         f"{list(leaf_keys)}; got {len(tuple(static))} fields and "
-                         f"{len(tuple(children))} children.")
 
 
 def _check_clamp(clamp) -> tuple | object:
@@ -183,36 +280,20 @@ def _check_clamp(clamp) -> tuple | object:
 
 def checked_fields(values: dict) -> dict:
     """The fields of a LossOptions, each checked (concrete values only; traced ones as they are):
-    static choices among their modes and ``kl_ratio_weight`` a bool, each number of the right kind,
-    in its range and finite in float32, and the pairs that exclude each other."""
-    for key, modes in _STATIC_CHOICES.items():
-        value = values[key]
-        if not isinstance(value, str) or value not in modes:
-            raise ValueError(f"`{key}` must be one of {list(modes)}; got {value!r}.")
-    if not isinstance(values["kl_ratio_weight"], bool):
-        raise TypeError("`kl_ratio_weight` must be a Python bool (it changes the program); got "
-                        f"{values['kl_ratio_weight']!r}.")
-    out = dict(values)
+    the table (:func:`check_fields`) for the modes, ``kl_ratio_weight`` and the numbers, the
+    surrogates' own fields, the clamp, and the pairs that exclude each other."""
+    values = dict(values)
+    _checks.check_option(values["surrogate"], "surrogate", SURROGATES)  # before its fields
     for surrogate, fields in SURROGATE_FIELDS.items():
         for key, default in fields.items():
             if surrogate == values["surrogate"]:
-                out[key] = default if values[key] is None else values[key]
+                values[key] = default if values[key] is None else values[key]
             elif values[key] is not None:
                 raise ValueError(f"`{key}` is a field of `surrogate={surrogate!r}`; with "
                                  f"`surrogate={values['surrogate']!r}` it must be None (pass "
                                  f"`surrogate={surrogate!r}`, or `{key}=None`).")
-    for key, (ok, requirement) in _RULES.items():
-        value = out[key]
-        if value is None and key in _OPTIONAL:
-            continue
-        out[key], v = _checks.option_number(value, key)
-        if v is not None and not ok(v):
-            raise ValueError(f"`{key}` must {requirement}; got {v}.")
-        if v is not None and not jax.config.jax_enable_x64 and not ok(float(np.float32(v))):
-            # e.g. clip_high=1e-50 is 0 in float32, clip_low=1 - 1e-9 is 1: the rule fails there.
-            raise ValueError(f"`{key}` must {requirement} in float32 (JAX computes in float32 "
-                             f"without `jax_enable_x64`); got {v!r}, {float(np.float32(v))!r} in "
-                             "float32.")
+    out = check_fields(values, choices=_STATIC_CHOICES, bools=("kl_ratio_weight",), rules=_RULES,
+                       optional=_OPTIONAL)
     out["log_ratio_clamp"] = _check_clamp(values["log_ratio_clamp"])
     if values["surrogate"] != "clip":
         for key in ("dual_clip", "ratio_cap"):
@@ -223,18 +304,10 @@ def checked_fields(values: dict) -> dict:
     if values["ratio_cap"] is not None and values["dual_clip"] is not None:
         raise ValueError("`ratio_cap` (TRL's delta) and `dual_clip` (verl's dual clip) both bound "
                          "the loss of negative-advantage tokens; pass one of them.")
-    agg, normalizer = values["agg"], values["normalizer"]
-    if agg == "seq-mean-token-sum-norm" and normalizer is None:
-        raise ValueError(
-            "`agg='seq-mean-token-sum-norm'` (Dr. GRPO) needs `normalizer`: the constant the "
-            "token sums are divided by, e.g. number of sequences × max response length. It has "
-            "no default on purpose: a padded width that changes with the batch is not a constant.")
-    if agg == "token-sum" and normalizer is not None:
-        raise ValueError("`agg='token-sum'` has no denominator; do not pass `normalizer`.")
+    check_agg(values["agg"], values["normalizer"])
     return out
 
 
-@jax.tree_util.register_pytree_node_class
 class LossOptions(OptionsValue):
     """The options of the clipped policy loss: one immutable value (presets are instances).
 
@@ -291,7 +364,9 @@ class LossOptions(OptionsValue):
 
     __slots__ = (*LOSS_OPTION_KEYS, "_checked")
     _credax_option = "options"  # given for another argument, the entry's diagnosis names both
-    _FIELDS, _KEYWORD, _EXAMPLE = LOSS_OPTION_KEYS, "options", "options=credax.presets.VERL_LOSS"
+    _FIELDS, _LEAVES, _STATIC = LOSS_OPTION_KEYS, NUMERIC_KEYS, STATIC_KEYS
+    _KEYWORD, _EXAMPLE = "options", "options=credax.presets.VERL_LOSS"
+    _check = staticmethod(lambda values: checked_fields(values))
 
     def __init__(
         self,
@@ -320,45 +395,9 @@ class LossOptions(OptionsValue):
         vespo_k_neg: float | Float[Array, ""] | None = None,
         vespo_lambda_neg: float | Float[Array, ""] | None = None,
     ):
-        values = checked_fields(dict(
-            clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, ratio_cap=ratio_cap,
-            normalizer=normalizer, kl_coef=kl_coef, kl_clamp=kl_clamp,
-            rollout_is_threshold=rollout_is_threshold, entropy_coef=entropy_coef,
-            log_ratio_clamp=log_ratio_clamp, agg=agg, kl_estimator=kl_estimator, ratio=ratio,
-            rollout_is=rollout_is, kl_ratio_weight=kl_ratio_weight, surrogate=surrogate,
-            cispo_max=cispo_max, sapo_tau_pos=sapo_tau_pos, sapo_tau_neg=sapo_tau_neg,
-            vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
-            vespo_lambda_neg=vespo_lambda_neg))
-        _set(self, values, checked=True)
-
-    def __reduce__(self):
-        # copy, deepcopy and pickle rebuild through the checks.
-        return (_rebuild, (self.asdict(),))
-
-    def tree_flatten(self):
-        return tuple(getattr(self, k) for k in NUMERIC_KEYS), tuple(
-            getattr(self, k) for k in STATIC_KEYS)
-
-    @classmethod
-    def tree_unflatten(cls, static, children):
-        # No check here: under a transformation the leaves may be tracers or sentinels. A rebuilt
-        # value is checked where it is used (as_loss_options).
-        unflatten_arity("LossOptions", static, children, STATIC_KEYS, NUMERIC_KEYS)
-        out = object.__new__(cls)
-        _set(out, dict(zip(NUMERIC_KEYS + STATIC_KEYS, (*children, *static), strict=True)),
-             checked=False)
-        return out
-
-
-
-def _set(options: LossOptions, values: dict, *, checked: bool) -> None:
-    for key in LOSS_OPTION_KEYS:
-        object.__setattr__(options, key, values[key])
-    object.__setattr__(options, "_checked", checked)
-
-
-def _rebuild(values: dict) -> LossOptions:
-    return LossOptions(**values)
+        values = dict(locals())  # the fields, as given (one spelling: the signature)
+        del values["self"]
+        self._fill(checked_fields(values), checked=True)
 
 
 DEFAULT = LossOptions()
@@ -372,18 +411,4 @@ def as_loss_options(value, name: str = "options") -> LossOptions:
     Raises:
       TypeError: anything else, naming ``name`` (a dict of fields, a ``Normalization``).
     """
-    if value is None:
-        return DEFAULT
-    if isinstance(value, LossOptions):
-        if not value._checked:  # rebuilt by tree_unflatten (tree_map, a transformation's output)
-            checked_fields(value.asdict())
-        return value
-    if type(value).__name__ == "Normalization":
-        hint = (" (a Normalization is the `normalization=` value of the estimators; the loss "
-                "takes a credax.LossOptions)")
-    elif hasattr(value, "items"):
-        hint = " (a mapping is not accepted: build `credax.LossOptions(**fields)`)"
-    else:
-        hint = ""
-    raise TypeError(f"`{name}` must be a credax.LossOptions (e.g. credax.presets.VERL_LOSS) or "
-                    f"None; got {type(value).__name__}{hint}.")
+    return LossOptions.take(value, name, DEFAULT)

@@ -31,17 +31,19 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import POSITIVE, check_concrete, check_values, concrete_float, jit_public, reads
+from . import _checks, _numeric
+from ._api import concrete_float, jit_public, reads
+from ._checks import Positive
 from ._collectives import axis_sum, check_axis_name
 from ._loss_options import (
-    AGG_MODES,
     KL_ESTIMATORS,
     LOG_RATIO_CLAMP,
     MOVED_TO_LOSS_OPTIONS,
     VESPO_LOG_WEIGHT_MIN,
     LossOptions,
+    Normalizer,
     as_loss_options,
+    check_agg,
 )
 from ._turns import check_token_turn, gather_turns
 
@@ -60,13 +62,6 @@ def _token_array(x, name: str, shape, dtype) -> jax.Array:
     return x.astype(dtype)
 
 
-def check_normalizer(normalizer) -> None:
-    # A concrete count of 0 (or inf) is a bug upstream; a traced 0 (a psum over empty masks)
-    # still gives loss 0 with a zero gradient.
-    check_concrete(normalizer, "normalizer", lambda v: v > 0 and math.isfinite(v),
-                   "be a positive, finite token or sequence count")
-
-
 # --------------------------------------------------------------------------------------------
 # KL estimators.
 # --------------------------------------------------------------------------------------------
@@ -83,7 +78,7 @@ def _k3_kernel(x: jax.Array) -> jax.Array:
     relative precision. The final ``max(·, 0)`` is a guard, not a correction.
     """
     small = jnp.abs(x) < _K3_SERIES_BELOW
-    xs = _checks.select(small, x)
+    xs = _numeric.select(small, x)
     series = 1.0 / 362880.0
     for n in (8, 7, 6, 5, 4, 3, 2):
         series = 1.0 / math.factorial(n) + xs * series
@@ -113,7 +108,7 @@ def _kl_values(logp: jax.Array, ref_logp: jax.Array, estimator: str,
     delta = _log_ratio(logp, ref_logp)
     out = _kl_estimate(delta, estimator)
     if clamp is not None:
-        out = _checks.clip_closed(out, -clamp, clamp)
+        out = _numeric.clip_closed(out, -clamp, clamp)
     return out
 
 
@@ -125,18 +120,18 @@ def _kl_estimate(delta: jax.Array, estimator: str) -> jax.Array:
     if estimator == "abs":
         return jnp.abs(delta)
     # k3: x = log(π_ref / π), clamped like verl before exp; r - 1 - log r with r = π_ref / π.
-    x = _checks.clip_closed(-delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    x = _numeric.clip_closed(-delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return _k3_kernel(x)
 
 
-@jit_public(static_argnames=("estimator",), check=check_values(clamp=POSITIVE))
+@jit_public(static_argnames=("estimator",))
 def kl_divergence(
     logp: Float[Array, "*shape"],
     ref_logp: Float[Array, "*shape"],
     *,
     estimator: str = "k3",
     mask: Bool[Array, "*shape"] | None = None,
-    clamp: float | Float[Array, ""] | None = None,
+    clamp: Positive | None = None,
 ) -> Float[Array, "*shape"]:
     """Per-token estimate of ``KL(π || π_ref)`` from the log-probs of tokens sampled from ``π``.
 
@@ -193,16 +188,16 @@ def kl_divergence(
         raise ValueError(
             f"`ref_logp` must have the shape of `logp` {logp.shape}; got {ref_logp.shape}."
         )
-    dtype = _checks.compute_dtype(logp.dtype)
+    dtype = _numeric.compute_dtype(logp.dtype)
     lp, ref = logp.astype(dtype), ref_logp.astype(dtype)
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", logp.shape)
-        lp, ref = _checks.select(mask, lp), _checks.select(mask, ref)
+        lp, ref = _numeric.select(mask, lp), _numeric.select(mask, ref)
     out = _kl_values(lp, ref, estimator,
                      None if clamp is None else _checks.scalar(clamp, dtype, "clamp"))
     if mask is not None:
-        out = _checks.select(mask, out)
-    return out.astype(_checks.output_dtype(logp.dtype))
+        out = _numeric.select(mask, out)
+    return out.astype(_numeric.output_dtype(logp.dtype))
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,7 +210,7 @@ def aggregate_values(values: jax.Array, mask: jax.Array, mode: str, normalizer,
     """:func:`aggregate` on prepared inputs (compute dtype, boolean mask, any values at masked);
     with ``axis_name`` the total and the count are ``psum``-ed over that mesh axis."""
     dtype = values.dtype
-    values = _checks.select(mask, values)
+    values = _numeric.select(mask, values)
     if mode == "token-sum":
         return axis_sum(values, axis_name)
     if mode == "token-mean":
@@ -226,38 +221,21 @@ def aggregate_values(values: jax.Array, mask: jax.Array, mode: str, normalizer,
         row_valid = row_tokens > 0  # fully masked rows are not sequences
         row_sum = jnp.sum(values, axis=-1)
         if mode == "seq-mean-token-mean":
-            row_sum = _checks.safe_div(row_sum, row_tokens, row_valid)
+            row_sum = _numeric.safe_div(row_sum, row_tokens, row_valid)
         total = axis_sum(row_sum, axis_name)
         count = axis_sum(row_valid, axis_name, dtype=dtype)
     if normalizer is not None:
         count = _checks.scalar(normalizer, dtype, "normalizer")
-    return _checks.safe_div(total, count, count > 0)
+    return _numeric.safe_div(total, count, count > 0)
 
 
-def check_agg(mode: str, normalizer) -> None:
-    _checks.check_option(mode, "mode", AGG_MODES)
-    if mode == "seq-mean-token-sum-norm" and normalizer is None:
-        raise ValueError(
-            "`mode='seq-mean-token-sum-norm'` (Dr. GRPO) needs `normalizer`: the constant the "
-            "token sums are divided by, e.g. number of sequences × max response length. It has "
-            "no default on purpose: a padded width that changes with the batch is not a constant."
-        )
-    if mode == "token-sum" and normalizer is not None:
-        raise ValueError("`mode='token-sum'` has no denominator; do not pass `normalizer`.")
-
-
-@reads("normalizer")
-def _check_normalizer_arg(a) -> None:
-    check_normalizer(a["normalizer"])
-
-
-@jit_public(static_argnames=("mode", "axis_name"), check=_check_normalizer_arg)
+@jit_public(static_argnames=("mode", "axis_name"))
 def aggregate(
     values: Float[Array, "B T"],
     mask: Bool[Array, "B T"] | None,
     *,
     mode: str = "token-mean",
-    normalizer: float | Float[Array, ""] | None = None,
+    normalizer: Normalizer | None = None,
     axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, ""]:
     """Reduce per-token values ``[B, T]`` to a scalar loss over the tokens of ``mask``.
@@ -321,12 +299,12 @@ def aggregate(
       token mean; Dr. GRPO (arXiv 2503.20783) for the constant normaliser. Reproduces verl
       ``agg_loss`` (with ``seq-mean-token-sum-norm`` normalizer = sequences × ``loss_scale_factor``).
     """
-    check_agg(mode, normalizer)
+    check_agg(mode, normalizer, "mode")
     values = _checks.as_float_array(values, "values")
     _checks.check_ndim(values, "values", 2, "[B, T]")
     mask = _checks.as_mask(mask, "mask", values.shape)
     check_axis_name(axis_name)
-    return aggregate_values(values.astype(_checks.compute_dtype(values.dtype)), mask, mode,
+    return aggregate_values(values.astype(_numeric.compute_dtype(values.dtype)), mask, mode,
                             normalizer, axis_name)
 
 
@@ -665,7 +643,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     logp = _checks.as_float_array(logp, "logp")
     _checks.check_ndim(logp, "logp", 2, "[B, T]")
     shape = logp.shape
-    dtype = _checks.compute_dtype(logp.dtype)
+    dtype = _numeric.compute_dtype(logp.dtype)
     mask = _checks.as_mask(mask, "mask", shape)
     old = _token_array(old_logp, "old_logp", shape, dtype)
     adv, mask = _token_advantages(advantages, token_turn, mask, shape, dtype)
@@ -676,9 +654,9 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     # Everything is selected to 0 off the mask first: from here on no masked value can reach a
     # product, so NaN there cannot turn into 0 * NaN in the backward pass.
     sg = jax.lax.stop_gradient
-    lp = _checks.select(mask, logp.astype(dtype))
-    old = sg(_checks.select(mask, old))
-    adv = sg(_checks.select(mask, adv))
+    lp = _numeric.select(mask, logp.astype(dtype))
+    old = sg(_numeric.select(mask, old))
+    adv = sg(_numeric.select(mask, adv))
     delta = _log_ratio(lp, old)
     # A token impossible under both policies (logp = old_logp = -inf) has ratio 1 and carries
     # nothing: its advantage is dropped, so its loss and gradient are exactly 0 (not NaN).
@@ -692,23 +670,23 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         clamp_lo = -clamp_hi
 
     if options.ratio == "token":
-        log_r = _checks.clip_closed(delta, clamp_lo, clamp_hi)
+        log_r = _numeric.clip_closed(delta, clamp_lo, clamp_hi)
     else:
         row_tokens = jnp.sum(mask, axis=-1, dtype=dtype)
-        seq = _checks.safe_div(jnp.sum(delta, axis=-1), row_tokens, row_tokens > 0)
+        seq = _numeric.safe_div(jnp.sum(delta, axis=-1), row_tokens, row_tokens > 0)
         # π/sg(π) in log space; 0 (not -inf - -inf) at a token of probability 0.
         own = jnp.where(jnp.isfinite(lp), lp - sg(lp), jnp.zeros_like(lp))
-        log_r = _checks.clip_closed(sg(seq)[:, None] + own, clamp_lo, clamp_hi)
+        log_r = _numeric.clip_closed(sg(seq)[:, None] + own, clamp_lo, clamp_hi)
         # The row's own sequence ratio, differentiable through the mean (TRL's coef_1): the KL
         # weight of kl_ratio_weight at sequence level.
-        seq_ratio = jnp.exp(_checks.clip_closed(seq, clamp_lo, clamp_hi))[:, None]
-    log_r = _checks.select(mask, log_r)
+        seq_ratio = jnp.exp(_numeric.clip_closed(seq, clamp_lo, clamp_hi))[:, None]
+    log_r = _numeric.select(mask, log_r)
     r = jnp.exp(log_r)
 
     if rollout_logp is not None:
         # Rollout correction (verl rollout_is): the rollout engine sampled from π_rollout, the
         # surrogate's old policy is the trainer's π_old; weight each token by the truncated ratio.
-        roll = sg(_checks.select(mask, _token_array(rollout_logp, "rollout_logp", shape, dtype)))
+        roll = sg(_numeric.select(mask, _token_array(rollout_logp, "rollout_logp", shape, dtype)))
         # -inf - -inf is ratio 1 (_log_ratio); a lone infinity is clipped to ±20 per token before
         # a sequence sum, so a row holding both signs is finite, not inf - inf = NaN.
         raw_log_w = _log_ratio(old, roll)
@@ -716,13 +694,13 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
             log_w = jnp.clip(raw_log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         else:
             log_w = jnp.where(jnp.isinf(raw_log_w), jnp.sign(raw_log_w) * LOG_RATIO_CLAMP, raw_log_w)
-        log_w = _checks.select(mask, log_w)
+        log_w = _numeric.select(mask, log_w)
         if options.rollout_is == "sequence":
             seq_log_w = jnp.sum(log_w, axis=-1)
             log_w = jnp.broadcast_to(seq_log_w[:, None], shape)
-        log_w = _checks.select(mask, jnp.clip(log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        log_w = _numeric.select(mask, jnp.clip(log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
         threshold = scalar("rollout_is_threshold")
-        is_w = _checks.select(mask, jnp.minimum(jnp.exp(log_w), threshold))
+        is_w = _numeric.select(mask, jnp.minimum(jnp.exp(log_w), threshold))
 
     # The per-token objective, its clip bounds for the metrics, and whether the rollout weights
     # still multiply it (VESPO folds them into its sequence weight instead, as TRL and Liger do).
@@ -735,9 +713,9 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     zero = jnp.zeros((), dtype)
     if options.surrogate == "clip":
         # torch.clamp's gradient (full on the bound), then max's even split of ties as torch.maximum.
-        unclipped = r if options.ratio_cap is None else _checks.clip_closed(
+        unclipped = r if options.ratio_cap is None else _numeric.clip_closed(
             r, jnp.zeros((), dtype), scalar("ratio_cap"))
-        token_loss = jnp.maximum(-adv * unclipped, -adv * _checks.clip_closed(r, low, high))
+        token_loss = jnp.maximum(-adv * unclipped, -adv * _numeric.clip_closed(r, low, high))
         if options.dual_clip is not None:
             token_loss = jnp.where(negative, jnp.minimum(token_loss, -adv * scalar("dual_clip")),
                                    token_loss)
@@ -750,12 +728,12 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     else:  # vespo
         # The row's log-weight: the sum (not the mean) of the clamped token log-ratios, plus the
         # rollout correction's log-weights, clamped to [log 1e-8, 20]; a constant.
-        seq_log = jnp.sum(_checks.select(mask, _checks.clip_closed(delta, clamp_lo, clamp_hi)),
+        seq_log = jnp.sum(_numeric.select(mask, _numeric.clip_closed(delta, clamp_lo, clamp_hi)),
                           axis=-1)
         if rollout_logp is not None:
             log_is = jnp.minimum(log_w, jnp.log(threshold))
             if options.rollout_is == "token":
-                seq_log = seq_log + jnp.sum(_checks.select(mask, jnp.clip(
+                seq_log = seq_log + jnp.sum(_numeric.select(mask, jnp.clip(
                     log_is, VESPO_LOG_WEIGHT_MIN, LOG_RATIO_CLAMP)), axis=-1)
             else:
                 row_is = jnp.minimum(jnp.clip(seq_log_w, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP),
@@ -774,13 +752,13 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     pg = aggregate_values(token_loss, mask, options.agg, options.normalizer, axis_name)
 
     if ref_logp is not None:
-        ref = sg(_checks.select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
+        ref = sg(_numeric.select(mask, _token_array(ref_logp, "ref_logp", shape, dtype)))
         kl_clamp = None if options.kl_clamp is None else scalar("kl_clamp")
         kl_tokens = _kl_values(lp, ref, options.kl_estimator, kl_clamp)
         if options.kl_ratio_weight:
             # TRL's use_bias_correction_kl: the KL of tokens sampled from π_old, importance-weighted
             # by the (differentiable) ratio π/π_old: per token, or the row's sequence ratio.
-            weight = r if options.ratio == "token" else _checks.select(
+            weight = r if options.ratio == "token" else _numeric.select(
                 mask, jnp.broadcast_to(seq_ratio, shape))
             kl_tokens = kl_tokens * weight
         kl = aggregate_values(kl_tokens, mask, options.agg, options.normalizer, axis_name)
@@ -803,7 +781,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
     # over values that are structurally 0 there fuse into one pass; a select per metric made XLA
     # materialise a [B, T] temporary each (a much slower forward on CPU; see benchmarks/speed.py).
     def token_mean(x):
-        return _checks.safe_div(axis_sum(x, axis_name), count, count > 0)
+        return _numeric.safe_div(axis_sum(x, axis_name), count, count > 0)
 
     def fraction(cond):
         return token_mean(cond.astype(dtype))
@@ -826,7 +804,7 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
         clip_frac_low=clip_low_frac,
         clip_frac_high=clip_high_frac,
         dual_clip_frac=dual_frac,
-        approx_kl=token_mean(_k3_kernel(sg(_checks.select(mask, jnp.clip(
+        approx_kl=token_mean(_k3_kernel(sg(_numeric.select(mask, jnp.clip(
             delta, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))))),
         # mean of r over valid tokens = 1 + mean of (r - 1), and r - 1 is exactly 0 off the mask.
         mean_ratio=jnp.where(count > 0, 1 + token_mean(rv - 1), zero),
@@ -842,14 +820,14 @@ def _policy_loss_body(logp, old_logp, advantages, mask, *, options: LossOptions,
             num_rows = axis_sum(jnp.ones(shape[:1], dtype), axis_name)
 
             def row_fraction(cond):
-                frac = _checks.safe_div(axis_sum(cond, axis_name, dtype=dtype), num_rows,
+                frac = _numeric.safe_div(axis_sum(cond, axis_name, dtype=dtype), num_rows,
                                         num_rows > 0)
                 return jnp.where(count > 0, frac, zero)  # an empty mask: 0 (verl raises)
 
             frac_high = row_fraction(seq_log_w > jnp.log(threshold))
             frac_low = row_fraction(seq_log_w < -jnp.log(threshold))
         metrics = metrics._replace(
-            rollout_is_mean=jnp.where(count > 0, 1 + token_mean(_checks.select(mask, is_w - 1)), zero),
+            rollout_is_mean=jnp.where(count > 0, 1 + token_mean(_numeric.select(mask, is_w - 1)), zero),
             rollout_is_frac_high=frac_high,
             rollout_is_frac_low=frac_low,
         )

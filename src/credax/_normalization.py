@@ -10,12 +10,11 @@ from __future__ import annotations
 import sys
 import warnings
 
-import jax
 import numpy as np
 from jaxtyping import Array, Float
 
 from . import _checks
-from ._loss_options import OptionsValue, unflatten_arity
+from ._loss_options import OptionsValue, check_fields
 
 SINGLETON_MODES = ("zero", "raw")
 EPS_MODES = ("add", "sqrt")
@@ -23,6 +22,7 @@ SCALE_MODES = ("group", "batch", "none")
 # The fields of Normalization (an estimator takes them only inside one `normalization=` value).
 NORMALIZE_KEYS = ("center", "scale", "ddof", "eps", "eps_mode", "singleton", "leave_one_out")
 _DDOF_MAX = int(_checks.I32.max)
+_CHOICES = {"scale": SCALE_MODES, "eps_mode": EPS_MODES, "singleton": (*SINGLETON_MODES, "center")}
 _DEPRECATED_SCALE = {True: "group", False: "none"}
 # The TypeError of a removed loose keyword (`scale=...` on an estimator) says where it went.
 MOVED_TO_NORMALIZATION = {
@@ -40,7 +40,6 @@ def _warn_deprecated(message: str) -> None:
     warnings.warn(message, DeprecationWarning, stacklevel=level)
 
 
-@jax.tree_util.register_pytree_node_class
 class Normalization(OptionsValue):
     """How a group normalisation centres and scales: one immutable value for every estimator.
 
@@ -107,7 +106,10 @@ class Normalization(OptionsValue):
     # positionally lands on `mask`), the public entry's diagnosis names both.
     _credax_option = "normalization"
 
-    _FIELDS, _KEYWORD, _EXAMPLE = NORMALIZE_KEYS, "normalization", "normalization=credax.presets.VERL"
+    _FIELDS, _LEAVES = NORMALIZE_KEYS, ("eps",)
+    _STATIC = tuple(k for k in NORMALIZE_KEYS if k != "eps")
+    _KEYWORD, _EXAMPLE = "normalization", "normalization=credax.presets.VERL"
+    _check = staticmethod(lambda values: _checked_fields(values))  # read at each call (tests count it)
 
     def __init__(
         self,
@@ -125,7 +127,8 @@ class Normalization(OptionsValue):
             _warn_deprecated(f"`scale={bool(scale)}` is deprecated; use `scale={replacement!r}` "
                              "(the same normalisation).")
             scale = replacement
-        values = _checked_fields((center, scale, ddof, eps, eps_mode, singleton, leave_one_out))
+        values = _checked_fields(dict(center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
+                                      singleton=singleton, leave_one_out=leave_one_out))
         if singleton == "center":
             _warn_deprecated("`singleton='center'` is deprecated; use `singleton='zero'` (the same "
                              "result for ddof <= 1: a set of one centred is 0).")
@@ -135,69 +138,26 @@ class Normalization(OptionsValue):
                 "removed. Replacement: with scale='none' it returns x unchanged, use "
                 "`jnp.where(mask, x, 0)`; an uncentred std division has no replacement."
             )
-        _set(self, values, checked=True)
-
-    def __reduce__(self):
-        # copy, deepcopy and pickle rebuild through the checks (no second deprecation warning);
-        # the default protocol would set the slots through the refusing __setattr__.
-        return (_rebuild_normalization, (tuple(getattr(self, k) for k in NORMALIZE_KEYS),))
-
-    # A pytree: eps is the leaf, the rest is static (hashable aux data).
-    def tree_flatten(self):
-        static = tuple(getattr(self, k) for k in NORMALIZE_KEYS if k != "eps")
-        return (self.eps,), static
-
-    @classmethod
-    def tree_unflatten(cls, static, children):
-        # No check here (and no second warning): under a transformation `eps` may be a tracer or
-        # a sentinel. A rebuilt value (tree_map, hand-made aux data) is checked where it is used:
-        # every estimator passes its `normalization` through as_normalization first.
-        unflatten_arity("Normalization", static, children,
-                        [k for k in NORMALIZE_KEYS if k != "eps"], ["eps"])
-        center, scale, ddof, eps_mode, singleton, leave_one_out = static
-        values = (center, scale, ddof, children[0], eps_mode, singleton, leave_one_out)
-        return _set(object.__new__(cls), values, checked=False)
+        self._fill(values, checked=True)
 
 
-
-def _set(norm: Normalization, values: tuple, *, checked: bool) -> Normalization:
-    """Write the fields of ``norm`` (in ``NORMALIZE_KEYS`` order); ``checked``: they passed
-    :func:`_checked_fields`, so :func:`as_normalization` trusts them."""
-    for key, value in zip(NORMALIZE_KEYS, values, strict=True):
-        object.__setattr__(norm, key, value)
-    object.__setattr__(norm, "_checked", checked)
-    return norm
-
-
-def _checked_fields(values: tuple) -> tuple:
+def _checked_fields(values: dict) -> dict:
     """The fields of a Normalization checked: the one place its rules are written. Every way to
     get a Normalization goes through it: the constructor (``replace`` too), copies and pickles
-    (:func:`_rebuild_normalization`) when they are built, an unflattened value (``tree_map``, a
-    transformation's output) when :func:`as_normalization` meets it at a call. No warnings here:
-    deprecated spellings are allowed and warned about by the constructor only.
+    when they are built, an unflattened value (``tree_map``, a transformation's output) when
+    :func:`as_normalization` meets it at a call. No warnings here: deprecated spellings are
+    allowed and warned about by the constructor only.
 
     ``eps`` is a non-negative finite real scalar when concrete; a traced ``eps`` only needs a real
     dtype (its value is checked by no one: the normalisation's NaN guard covers it).
     """
-    center, scale, ddof, eps, eps_mode, singleton, leave_one_out = values
-    _checks.check_option(scale, "scale", SCALE_MODES)
-    _checks.check_option(eps_mode, "eps_mode", EPS_MODES)
-    _checks.check_option(singleton, "singleton", (*SINGLETON_MODES, "center"))
-    if not isinstance(center, bool) or not isinstance(leave_one_out, bool):
-        raise TypeError("`center` and `leave_one_out` must be Python bools (they change the "
-                        f"program); got center={center!r}, leave_one_out={leave_one_out!r}.")
-    ddof = _checks.check_static_int(ddof, "ddof", minimum=0)
-    if ddof > _DDOF_MAX:  # counts are int32: a larger ddof overflows inside the trace
+    out = check_fields(values, choices=_CHOICES, bools=("center", "leave_one_out"),
+                       rules={"eps": _checks.NON_NEGATIVE})
+    out["ddof"] = _checks.check_static_int(values["ddof"], "ddof", minimum=0)
+    if out["ddof"] > _DDOF_MAX:  # counts are int32: a larger ddof overflows inside the trace
         raise ValueError(f"`ddof` must be <= {_DDOF_MAX} (counts are int32; any ddof >= the "
-                         f"set size already makes every set a singleton); got {ddof}.")
-    eps, _ = _checks.option_number(eps, "eps")
-    _checks.check_concrete(eps, "eps", *_checks.NON_NEGATIVE)  # a traced eps: the NaN guard
-    return center, scale, ddof, eps, eps_mode, singleton, leave_one_out
-
-
-def _rebuild_normalization(values: tuple) -> Normalization:
-    """A Normalization from its field values, checked (copy, deepcopy and pickle use it)."""
-    return _set(object.__new__(Normalization), _checked_fields(values), checked=True)
+                         f"set size already makes every set a singleton); got {out['ddof']}.")
+    return out
 
 
 def as_normalization(value, name: str = "normalization", *, default: Normalization | None = None
@@ -216,13 +176,4 @@ def as_normalization(value, name: str = "normalization", *, default: Normalizati
       TypeError: anything else, naming ``name`` (a dict of fields, a preset's name, a loss preset).
       ValueError: an unflattened value whose fields break the constructor's rules.
     """
-    if value is None:
-        return default
-    if isinstance(value, Normalization):
-        if not value._checked:
-            _checked_fields(tuple(getattr(value, k) for k in NORMALIZE_KEYS))
-        return value
-    hint = (" (a mapping is not accepted: build `credax.Normalization(**fields)`)"
-            if hasattr(value, "keys") else "")
-    raise TypeError(f"`{name}` must be a credax.Normalization (e.g. credax.presets.VERL) or None; "
-                    f"got {type(value).__name__}{hint}.")
+    return Normalization.take(value, name, default)

@@ -13,8 +13,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import UNIT, check_values
+from . import _checks, _numeric
+from ._checks import Unit
 from ._group_ids import Groups, groups_from_keys
 from ._group_stats import check_x_and_groups, group_stats
 from ._grouping import jit_grouped
@@ -35,14 +35,14 @@ class PGPO(NamedTuple):
     potentials: Array
 
 
-@jit_grouped(anchors=True, check=check_values(gamma=UNIT))
+@jit_grouped(anchors=True)
 def pgpo_advantages(
     step_rewards: Float[Array, "B K"],
     anchor_ids: Int[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     group_ids: Int[Array, " B"] | Groups,
     *,
-    gamma: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 1.0,
 ) -> PGPO:
     """PGPO step advantages: the change of an anchor-state potential estimated from group returns.
 
@@ -101,8 +101,8 @@ def pgpo_advantages(
     anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
     _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
     check_x_and_groups(s, group_ids, "step_rewards")
-    out_dtype = _checks.output_dtype(s.dtype)
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(s.dtype)
+    dt = _numeric.compute_dtype(out_dtype)
     zero = jnp.zeros((), dt)
     batch, num_turns = s.shape
     n = batch * num_turns

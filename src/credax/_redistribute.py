@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import _checks
+from . import _checks, _numeric
 from ._api import concrete_array, jit_public
 
 REDISTRIBUTION_MODES = ("mean_preserving", "telescoping")
@@ -148,8 +148,8 @@ def redistribute_advantages(
         raise ValueError(f"`weights` must have shape [B, K] with B={a.shape[0]} (the length of "
                          f"`advantages`); got shape {w.shape}.")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", w.shape)
-    out_dtype = _checks.output_dtype(jnp.result_type(a.dtype, w.dtype))
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(jnp.result_type(a.dtype, w.dtype))
+    dt = _numeric.compute_dtype(out_dtype)
     a, w = a.astype(dt), w.astype(dt)
     zero = jnp.zeros((), dt)
 
@@ -162,7 +162,7 @@ def redistribute_advantages(
     # No signal (all weights 0): uniform, so the mean / sum invariant still holds.
     u = jnp.where(signal[:, None], u, jnp.where(turn_mask, jnp.ones((), dt), zero))
     total = jnp.where(signal, total, count)
-    share = _checks.safe_div(u, total[:, None], (total > 0)[:, None])  # Σ_k share = 1
+    share = _numeric.safe_div(u, total[:, None], (total > 0)[:, None])  # Σ_k share = 1
     if mode == "mean_preserving":
         share = share * count[:, None]
     out = jnp.where(turn_mask, share * a[:, None], zero)

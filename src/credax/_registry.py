@@ -8,7 +8,7 @@ the tests need (the invariants each output satisfies, the shapes an annotation l
 stand-ins for missing optional fields). An entry says *how to call* (arguments, output, level,
 the optional fields it needs, whether it is group-local), never *what the answer is*, nor what
 explain's page says about a method (``credax.explain``), nor the values a sweep gives its
-hyperparameters (``credax._batch.SCHEDULE``, shared by the bench and the compile-once test)::
+hyperparameters (``credax.bench.sweep.SCHEDULE``, shared by the bench and the compile-once test)::
 
     from credax._registry import CALLS
     CALLS["grpo_advantages"](batch)                      # credax.grpo_advantages(rewards, ids, mask)
@@ -20,17 +20,15 @@ fixture. Each entry reads exactly the batch fields it names; an optional field t
 is a ``ValueError`` naming it (:attr:`Call.needs`), never a silent stand-in (GiGPO's step rewards
 are ``turn_rewards``, set by the bridge, not the scores by default).
 
-Three tables, each ``{label: Call}``:
+Two tables, each ``{name: Call}``:
 
 * :data:`ESTIMATORS` — every public function that returns advantages or credit (``*_advantages``,
   ``*_credit``, ``group_normalize``), keyed by its name: its canonical call;
 * :data:`TOOLS` — every other public array function (turn tools, diagnostics, log-probs, losses),
   keyed by its name;
-* :data:`FORMS` — other forms of a call (a second annotated form of a union, another option),
-  labelled ``"name:form"``.
-
-:data:`CALLS` is the first two together (one entry per public array function), :data:`ALL` all
-three.
+:data:`CALLS` is both together (one entry per public array function). Other forms of a call (a
+second annotated form of a union, another option) are the tests' and the bench's only, so they
+live with the bench (``credax.bench.sweep.FORMS``).
 
 Adding an entry: one ``_call(name, arguments, level, ...)`` line in the right table, with the
 fields it reads in ``needs`` (beyond the six every batch has) and whether it is ``group_local`` —
@@ -47,7 +45,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import credax
-from credax import presets
 
 from ._batch import TurnBatch
 
@@ -92,14 +89,6 @@ class Call:
     output: Callable[[Any], Any] = _identity
     needs: tuple[str, ...] = ()
     group_local: bool | None = None
-
-    def __post_init__(self):
-        if self.level not in LEVELS:
-            raise ValueError(f"`level` must be one of {LEVELS}; got {self.level!r}.")
-        unknown = set(self.needs) - set(OPTIONAL) - {"token_turn"}
-        if unknown:
-            raise ValueError(f"`needs` of {self.name}: {sorted(unknown)} are not optional "
-                             f"TurnBatch fields {OPTIONAL}.")
 
     def args(self, batch: TurnBatch, *, ns=None, nested: Mapping | None = None
              ) -> tuple[tuple, dict]:
@@ -349,66 +338,6 @@ _TOOLS = [
           "other", needs=("logp",), group_local=False),
 ]
 
-# --------------------------------------------------------------------------------------------
-# Forms: the other annotated forms of a union, and other options worth a call of their own.
-# --------------------------------------------------------------------------------------------
-
-_FORMS = {
-    # [B, K] advantages with token_turn, and a sequence ratio.
-    "policy_loss:turns": _call(
-        "policy_loss", lambda b, ns: _args(b.logp, b.logp, b.scores, token_mask(b),
-                                           token_turn=b.token_turn,
-                                           options=credax.LossOptions(ratio="sequence")),
-        "other", needs=("logp",), group_local=False),
-    "policy_loss:tokens": _call(
-        "policy_loss", lambda b, ns: _args(b.logp, _old_logp(b), b.logp, token_mask(b),
-                                           options=credax.LossOptions(dual_clip=3.0)),
-        "other", needs=("logp",), group_local=False),
-    "token_logprobs_from_hidden:entropy": _call(
-        "token_logprobs_from_hidden",
-        lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, chunk_size=4, with_entropy=True),
-        "other", needs=("hidden", "unembedding", "tokens"), group_local=True),
-    "select_top_surprisal:batch": _call(
-        "select_top_surprisal", lambda b, ns: _args(b.scores, b.turn_mask, budget=3), "turn",
-        group_local=False),
-    "group_normalize:rows": _call(
-        "group_normalize", lambda b, ns: _args(b.rewards, b.group_ids), "row", group_local=True),
-    "grpo_advantages:groups": _call(
-        "grpo_advantages", lambda b, ns: _args(b.rewards, ns.groups(b.group_ids)), "row", group_local=True),
-    # TRL's scale_rewards="batch": the batch std (not group-isolated, by design).
-    "grpo_advantages:batch_scale": _call(
-        "grpo_advantages",
-        lambda b, ns: _args(b.rewards, b.group_ids, normalization=presets.TRL_BATCH), "row",
-        group_local=False),
-    "kl_divergence:scalar": _call(
-        "kl_divergence", lambda b, ns: _args(jnp.max(b.logp), jnp.min(b.logp)), "other",
-        needs=("logp",), group_local=False),
-    # Scores as per-turn rewards, half of them as values: a row-wise recursion over turns.
-    "gae_advantages:turns": _call(
-        "gae_advantages", lambda b, ns: _args(b.scores, 0.5 * b.scores, b.turn_mask, gamma=0.9,
-                                              lam=0.95),
-        "turn", output=_advantages, group_local=True),
-    "gae_advantages:scalar_lam": _call(
-        "gae_advantages", lambda b, ns: _args(b.logp, b.values, token_mask(b), gamma=1.0,
-                                              lam=0.95),
-        "other", needs=("logp", "values"), group_local=True),
-    "kl_divergence:turns": _call(
-        "kl_divergence", lambda b, ns: _args(b.scores, 0.5 * b.scores, mask=b.turn_mask), "turn",
-        group_local=True),
-    "role_credit:list": _call(
-        "role_credit", lambda b, ns: _args(b.roles, b.turn_mask,
-                                           constants=[1.0, 0.5, -0.5, -1.0]), "turn", group_local=True),
-    "g2po_advantages:action_valid": _call(
-        "g2po_advantages", lambda b, ns: _args(b.rewards, b.anchors, b.turn_mask, b.group_ids,
-                                               action_valid=b.turn_mask), "other",
-        needs=("anchors",), group_local=True),
-    "triage_advantages:whiten": _call(
-        "triage_advantages", lambda b, ns: _args(b.rewards, b.roles, b.turn_mask, whiten=True),
-        "turn", group_local=False),
-}
-
 ESTIMATORS: dict[str, Call] = {c.name: c for c in _ESTIMATORS}
 TOOLS: dict[str, Call] = {c.name: c for c in _TOOLS}
-FORMS: dict[str, Call] = _FORMS
 CALLS: dict[str, Call] = {**ESTIMATORS, **TOOLS}
-ALL: dict[str, Call] = {**CALLS, **FORMS}

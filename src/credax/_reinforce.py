@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks, _collectives
-from ._api import FINITE, POSITIVE, UNIT, check_values, jit_public
+from . import _checks, _collectives, _numeric
+from ._api import jit_public
+from ._checks import Finite, Positive, Unit
 from ._collectives import AxisName
 from ._group_ids import Groups
 from ._group_stats import prepare
@@ -58,24 +59,24 @@ def _whiten_across(x: jax.Array, mask: jax.Array, opts: Normalization,
     bad = bad | ~((eps >= 0) & jnp.isfinite(eps))
     ok = mask & finite
     clean = jnp.where(ok, x, jnp.zeros_like(x))
-    mean = _checks.safe_div(_collectives.axis_sum(clean, axis_name), n, n > 0)
+    mean = _numeric.safe_div(_collectives.axis_sum(clean, axis_name), n, n > 0)
     centred = jnp.where(ok, x - mean, jnp.zeros_like(x))
     high = _collectives.axis_max(jnp.where(ok, x, jnp.full_like(x, -jnp.inf)), axis_name)
     low = _collectives.axis_min(jnp.where(ok, x, jnp.full_like(x, jnp.inf)), axis_name)
     constant = high == low
     if opts.leave_one_out:
-        centred = centred * _checks.safe_div(n, n - 1, n > 1)
+        centred = centred * _numeric.safe_div(n, n - 1, n > 1)
     num = centred if opts.center else clean
     if opts.scale == "none":
         out = num
     else:
         dof = n - opts.ddof
-        var = _checks.safe_div(_collectives.axis_sum(centred * centred, axis_name), dof, dof > 0)
+        var = _numeric.safe_div(_collectives.axis_sum(centred * centred, axis_name), dof, dof > 0)
         if opts.eps_mode == "add":
-            den = _checks.safe_sqrt(var) + eps
+            den = _numeric.safe_sqrt(var) + eps
         else:
-            den = _checks.safe_sqrt(var + eps)
-        out = _checks.safe_div(num, den, (den > 0) & ~constant)
+            den = _numeric.safe_sqrt(var + eps)
+        out = _numeric.safe_div(num, den, (den > 0) & ~constant)
         out = jnp.where(constant, num, out)
     single = (jnp.zeros_like(x) if opts.singleton == "zero" else
               x if opts.singleton == "raw" else centred)
@@ -102,17 +103,17 @@ def _token_inputs(x, response_mask, name):
     x = _checks.as_float_array(x, name)
     _checks.check_ndim(x, name, 2, "[B, T]")
     mask = _checks.as_mask(response_mask, "response_mask", x.shape)
-    return x.astype(_checks.compute_dtype(x.dtype)), mask, _checks.output_dtype(x.dtype)
+    return x.astype(_numeric.compute_dtype(x.dtype)), mask, _numeric.output_dtype(x.dtype)
 
 
-@jit_public(static_argnames=("axis_name",), check=check_values(gamma=UNIT),
+@jit_public(static_argnames=("axis_name",),
             convert={"normalization": as_normalization}, replicate=True,
             hints=MOVED_TO_NORMALIZATION)
 def reinforce_pp_advantages(
     token_rewards: Float[Array, "B T"],
     response_mask: Bool[Array, "B T"],
     *,
-    gamma: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 1.0,
     normalization: Normalization | None = None,
     axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, "B T"]:
@@ -231,14 +232,14 @@ def reinforce_pp_baseline_advantages(
                           axis_name).astype(out_dtype)
 
 
-@jit_grouped(static_argnames=("axis_name",), check=check_values(f_norm=POSITIVE, alpha=FINITE))
+@jit_grouped(static_argnames=("axis_name",))
 def gpg_advantages(
     rewards: Float[Array, " B"],
     group_ids: Int[Array, " B"] | Groups,
     mask: Bool[Array, " B"] | None = None,
     *,
-    f_norm: float | Float[Array, ""] = 1.0,
-    alpha: float | Float[Array, ""] | None = None,
+    f_norm: Positive = 1.0,
+    alpha: Finite | None = None,
     axis_name: str | tuple[str, ...] | None = None,
 ) -> Float[Array, " B"]:
     """GPG (verl ``gpg``): prompt-centred reward, rescaled by the batch's share of nonzero rewards.

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
+from . import _checks, _numeric
 from ._group_ids import Groups
 from ._group_stats import _pow2, _unit_exponent, prepare, segment_stats
 from ._grouping import jit_grouped
@@ -58,27 +58,27 @@ def _shrinkage(r, g: Groups, mask, leave_one_out: bool):
     to_batch = st.unit * inv_u  # set units -> batch units (a power of two)
     n = st.count
     mu = st.shift * inv_u + st.mean * to_batch  # per-prompt mean at each row, batch units
-    inv_n = _checks.safe_div(jnp.ones_like(n), n, mask & (n > 0))
+    inv_n = _numeric.safe_div(jnp.ones_like(n), n, mask & (n > 0))
     prompts = jnp.sum(inv_n)  # P: each prompt's rows add up to 1
-    grand = _checks.safe_div(jnp.sum(inv_n * mu), prompts, prompts > 0)
+    grand = _numeric.safe_div(jnp.sum(inv_n * mu), prompts, prompts > 0)
     spread = jnp.sum(inv_n * jnp.square(jnp.where(mask, mu - grand, jnp.zeros_like(mu))))  # Σ_p
     # Pooled within-prompt variance: Σ (r - μ_p)² / Σ_p (n_p - 1); sum_sq is per prompt, so the
     # 1/n_p weights sum it once per prompt.
     within_dof = jnp.sum(mask, dtype=dt) - prompts
     sum_sq = st.sum_sq * to_batch * to_batch  # batch units squared
-    sigma2 = _checks.safe_div(jnp.sum(inv_n * sum_sq), within_dof, within_dof > 0.5)
+    sigma2 = _numeric.safe_div(jnp.sum(inv_n * sum_sq), within_dof, within_dof > 0.5)
     # The noise variance of the estimate being shrunk: σ²/n (the prompt mean) or σ²/(n-1) (the
     # mean of the others, RLOO).
     m = n - 1 if leave_one_out else n
-    noise = _checks.safe_div(sigma2 * jnp.ones_like(m), m, m > 0)
+    noise = _numeric.safe_div(sigma2 * jnp.ones_like(m), m, m > 0)
     factor = jnp.maximum(prompts - 3, 0)
-    c = jnp.where(spread > 0, _checks.safe_div(factor * noise, spread, spread > 0),
+    c = jnp.where(spread > 0, _numeric.safe_div(factor * noise, spread, spread > 0),
                   jnp.where(factor > 0, jnp.ones_like(noise), jnp.zeros_like(noise)))
     c = jnp.where(m > 0, jnp.clip(c, 0, 1), jnp.ones_like(c))  # no peer at all: the grand mean
     c = jnp.where(within_dof > 0.5, c, jnp.where(m > 0, jnp.zeros_like(c), c))
     if leave_one_out:
         own = (st.shifted - st.mean) * to_batch  # r_i - μ_p (exact 0 for a constant prompt)
-        estimate = mu - _checks.safe_div(own, n - 1, n > 1)  # mean of the others
+        estimate = mu - _numeric.safe_div(own, n - 1, n > 1)  # mean of the others
     else:
         estimate = mu
     # (1 - c)·μ̂ + c·μ̄: exactly μ̂ at c = 0 and μ̄ at c = 1, however far apart they are.

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import FINITE, UNIT, check_values
+from ._checks import Finite, Unit
 from ._group_ids import Groups, groups_from_keys
 from ._group_stats import check_x_and_groups, prepare
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
@@ -21,16 +21,14 @@ from ._turns import masked_discounted_returns, prepare_anchored_steps, prepare_t
 # --- MT-GRPO ---------------------------------------------------------------------------------
 
 
-@jit_grouped(
-    check=check_values(turn_coef=FINITE),
-)
+@jit_grouped()
 def mt_grpo_advantages(
     turn_rewards: Float[Array, "B K"],
     outcome_rewards: Float[Array, " B"],
     turn_mask: Bool[Array, "B K"],
     group_ids: Int[Array, " B"] | Groups,
     *,
-    turn_coef: float | Float[Array, ""] = 1.0,
+    turn_coef: Finite = 1.0,
     normalization: Normalization | None = None,
 ) -> Float[Array, "B K"]:
     """MT-GRPO turn advantages: outcome advantage per prompt plus turn advantage per (prompt, turn).
@@ -115,7 +113,6 @@ def mt_grpo_advantages(
 
 @jit_grouped(
     anchors=True,
-    check=check_values(gamma=UNIT, omega=FINITE),
 )
 def gigpo_advantages(
     outcome_rewards: Float[Array, " B"],
@@ -124,8 +121,8 @@ def gigpo_advantages(
     turn_mask: Bool[Array, "B K"],
     group_ids: Int[Array, " B"] | Groups,
     *,
-    gamma: float | Float[Array, ""] = 0.95,
-    omega: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 0.95,
+    omega: Finite = 1.0,
     normalization: Normalization | None = None,
 ) -> Float[Array, "B K"]:
     """GiGPO: episode advantage per prompt plus ``ω`` × step advantage within anchor-state groups.

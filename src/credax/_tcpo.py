@@ -48,8 +48,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import FINITE, UNIT, check_values, jit_public
+from . import _checks, _numeric
+from ._api import jit_public
+from ._checks import Finite, Unit
 from ._collectives import vary_like
 from ._group_ids import Groups
 from ._group_stats import check_x_and_groups
@@ -164,8 +165,8 @@ def _counterfactual(s, alt, alt_mask):
     # Average the differences s − alt rather than subtracting the mean: alternatives equal to s
     # then give exactly 0 credit (no float residue from summing and dividing).
     diff = jnp.where(alt_mask, s[..., None] - alt, jnp.zeros_like(alt))
-    credit = _checks.safe_div(jnp.sum(diff, axis=-1), n, has)
-    alt_mean = _checks.safe_div(jnp.sum(jnp.where(alt_mask, alt, jnp.zeros_like(alt)), -1), n, has)
+    credit = _numeric.safe_div(jnp.sum(diff, axis=-1), n, has)
+    alt_mean = _numeric.safe_div(jnp.sum(jnp.where(alt_mask, alt, jnp.zeros_like(alt)), -1), n, has)
     hi = jnp.max(jnp.where(alt_mask, alt, -jnp.inf), axis=-1, initial=-jnp.inf)
     lo = jnp.min(jnp.where(alt_mask, alt, jnp.inf), axis=-1, initial=jnp.inf)
     informative = has & ~((hi == s) & (lo == s))
@@ -193,20 +194,16 @@ def _check_alternatives(alt_scores, alt_mask, batch_turns, name="alt_scores"):
 # --------------------------------------------------------------------------------------------
 
 
-@jit_public(
-    check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
-                       regression_weight=FINITE, initial=FINITE),
-    replicate=True,
-)
+@jit_public(replicate=True)
 def retrospective_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    success_threshold: float | Float[Array, ""] = 1.0,
-    progress_weight: float | Float[Array, ""] = 1.0,
-    preservation_weight: float | Float[Array, ""] = 0.1,
-    regression_weight: float | Float[Array, ""] = 1.0,
-    initial: float | Float[Array, ""] = 0.0,
+    success_threshold: Finite = 1.0,
+    progress_weight: Finite = 1.0,
+    preservation_weight: Finite = 0.1,
+    regression_weight: Finite = 1.0,
+    initial: Finite = 0.0,
 ) -> Retrospective:
     """Retrospective turn credit: progress, preservation and regression against the best prior.
 
@@ -269,14 +266,14 @@ def retrospective_credit(
     return _cast(out, out_dtype)
 
 
-@jit_grouped(check=check_values(success_threshold=FINITE, initial=FINITE))
+@jit_grouped()
 def hindsight_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     group_ids: Int[Array, " B"] | Groups,
     *,
-    success_threshold: float | Float[Array, ""] = 1.0,
-    initial: float | Float[Array, ""] = 0.0,
+    success_threshold: Finite = 1.0,
+    initial: Finite = 0.0,
 ) -> Hindsight:
     """Hindsight delayed credit: judge a non-improving turn by the best score reached after it.
 
@@ -475,7 +472,7 @@ def select_top_surprisal(
         count = lambda p: jax.ops.segment_sum(  # noqa: E731
             jnp.sum(p, axis=1, dtype=jnp.int32), index, num_groups)
         spread = lambda v: v[index][:, None]  # noqa: E731
-    s = surprisal.astype(_checks.compute_dtype(surprisal.dtype))
+    s = surprisal.astype(_numeric.compute_dtype(surprisal.dtype))
     # Candidates ranked by an unsigned key in the order of their surprisal: NaN is 0, below every
     # number (-inf included); -0.0 and 0.0 are one key.
     key = jnp.where(jnp.isnan(s), jnp.zeros((), _ordered_uint(s.dtype)), _ordered_bits(s))
@@ -532,27 +529,24 @@ def _ordered_bits(s: jax.Array) -> jax.Array:
 
 @jit_grouped(
     static_argnames=("normalize",),
-    check=check_values(success_threshold=FINITE, progress_weight=FINITE, preservation_weight=FINITE,
-                       regression_weight=FINITE, hindsight_weight=FINITE, counterfactual_weight=FINITE,
-                       initial=FINITE, gamma=UNIT),
 )
 def tcpo_advantages(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     group_ids: Int[Array, " B"] | Groups,
     *,
-    success_threshold: float | Float[Array, ""] = 1.0,
-    progress_weight: float | Float[Array, ""] = 1.0,
-    preservation_weight: float | Float[Array, ""] = 0.1,
-    regression_weight: float | Float[Array, ""] = 1.0,
-    hindsight_weight: float | Float[Array, ""] = 1.0,
-    counterfactual_weight: float | Float[Array, ""] = 1.0,
-    initial: float | Float[Array, ""] = 0.0,
+    success_threshold: Finite = 1.0,
+    progress_weight: Finite = 1.0,
+    preservation_weight: Finite = 0.1,
+    regression_weight: Finite = 1.0,
+    hindsight_weight: Finite = 1.0,
+    counterfactual_weight: Finite = 1.0,
+    initial: Finite = 0.0,
     alt_scores: Float[Array, "B K M"] | None = None,
     alt_mask: Bool[Array, "B K M"] | None = None,
     selected: Bool[Array, "B K"] | None = None,
     normalize: bool = True,
-    gamma: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 1.0,
     normalization: Normalization | None = None,
 ) -> TCPO:
     """TCPO turn advantages: retrospective + hindsight (+ counterfactual), z-scored per (prompt, turn).
@@ -716,12 +710,12 @@ def raw_score_credit(
     return jnp.where(mask, s, jnp.zeros_like(s)).astype(out_dtype)
 
 
-@jit_public(check=check_values(initial=FINITE), replicate=True)
+@jit_public(replicate=True)
 def adjacent_delta_credit(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    initial: float | Float[Array, ""] = 0.0,
+    initial: Finite = 0.0,
 ) -> Float[Array, "B K"]:
     """The "score difference" rung of TCPO's ablation: ``s_k − s_{k−1}``, with ``s_{−1} = initial``.
 

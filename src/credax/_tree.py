@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import UNIT, check_values
+from . import _checks, _numeric
+from ._checks import Unit
 from ._group_ids import Groups
 from ._group_stats import check_x_and_groups
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
@@ -127,7 +127,7 @@ def _sibling_groups(forest: _Forest, prompt: jax.Array, num_prompts: int) -> Gro
     return Groups(index.reshape(-1), num_prompts + rows * nodes)
 
 
-@jit_grouped(static_argnames=("values", "baseline"), check=check_values(gamma=UNIT))
+@jit_grouped(static_argnames=("values", "baseline"))
 def tree_advantages(
     leaf_rewards: Float[Array, "P N"],
     parent: Int[Array, "P N"],
@@ -136,7 +136,7 @@ def tree_advantages(
     group_ids: Int[Array, " P"] | Groups | None = None,
     values: str = "leaf_mean",
     baseline: str = "siblings",
-    gamma: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 1.0,
     normalization: Normalization | None = None,
 ) -> TreeCredit:
     """Advantages of the nodes of rollout trees: each node's value against its siblings' (TreeRPO).
@@ -240,8 +240,8 @@ def tree_advantages(
         prompt, num_prompts = group_ids.index.astype(par.dtype), group_ids.num_groups
     opts = normalization_or(normalization, Normalization(scale="none")
                             if baseline == "siblings" else Normalization())
-    out_dtype = _checks.output_dtype(r.dtype)
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(r.dtype)
+    dt = _numeric.compute_dtype(out_dtype)
     zero = jnp.zeros((), dt)
     r = r.astype(dt)
     f = _forest(par, valid)
@@ -261,11 +261,11 @@ def tree_advantages(
         leaf_r, ones = jnp.where(f.leaf, r, zero), f.leaf.astype(dt)
         sums = _subtree_sums(jnp.stack([leaf_r, ones, *columns], -1), f)
         count = sums[..., 1]
-        v = _checks.safe_div(sums[..., 0], count, count > 0)
+        v = _numeric.safe_div(sums[..., 0], count, count > 0)
     else:
         g = _checks.scalar(gamma, dt, "gamma")
         fan = _gather(f.children, f.up, 0).astype(dt)  # children of each node's parent
-        edge = _checks.safe_div(jnp.broadcast_to(g, r.shape), fan, f.up >= 0)
+        edge = _numeric.safe_div(jnp.broadcast_to(g, r.shape), fan, f.up >= 0)
         v = _subtree_sums(jnp.where(valid, r, zero), f, edge)
     v = jnp.where(valid, v, zero)
 
@@ -273,7 +273,7 @@ def tree_advantages(
         adv = normalize_with_groups(v.reshape(-1), _sibling_groups(f, prompt, num_prompts),
                                     valid.reshape(-1), opts).reshape(r.shape)
     else:  # the mean advantage of the trajectories through the node
-        adv = _checks.safe_div(sums[..., 2], count, count > 0)
+        adv = _numeric.safe_div(sums[..., 2], count, count > 0)
 
     nan = jnp.full((), jnp.nan, dt)
     adv = jnp.where(valid, jnp.where(f.bad_row, nan, adv), zero)

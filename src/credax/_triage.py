@@ -41,8 +41,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import FINITE, check_values, jit_public
+from . import _checks, _numeric
+from ._api import jit_public
+from ._checks import Finite
 from ._group_ids import Groups
 from ._group_stats import segment_stats
 from ._grouping import normalization_or, normalize_with_groups
@@ -63,7 +64,7 @@ WHITEN = Normalization(ddof=0, eps=1e-8)
 def _check_roles(roles, shape: tuple[int, ...] | None = None) -> jax.Array:
     roles = _checks.as_array(roles, "roles")
     check_roles(roles, shape)
-    return _checks.widen_index(roles)
+    return _numeric.widen_index(roles)
 
 
 def _check_outcome_advantages(outcome_advantages, batch: int) -> jax.Array:
@@ -139,13 +140,13 @@ def role_credit(
     roles = _check_roles(roles)
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", roles.shape)
     c_raw = _checks.as_float_array(constants, "constants")
-    c = _role_constants(c_raw, _checks.compute_dtype(c_raw.dtype))
+    c = _role_constants(c_raw, _numeric.compute_dtype(c_raw.dtype))
     credit = _credit(roles, _labelled(roles, turn_mask), c)
-    return credit.astype(_checks.output_dtype(c_raw.dtype))
+    return credit.astype(_numeric.output_dtype(c_raw.dtype))
 
 
 @jit_public(
-    static_argnames=("whiten",), check=check_values(lam=FINITE),
+    static_argnames=("whiten",),
     convert={"normalization": as_normalization}, replicate=True,
     hints={**MOVED_TO_NORMALIZATION, "whiten_eps": "Pass `normalization=credax.Normalization("
            "ddof=0, eps=...)` with `whiten=True`."},
@@ -155,7 +156,7 @@ def triage_advantages(
     roles: Int[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    lam: float | Float[Array, ""] = 0.2,
+    lam: Finite = 0.2,
     constants: Float[Array, " 4"] | Sequence[float | Float[Array, ""]] = TRIAGE_ROLE_CONSTANTS,
     whiten: bool = False,
     normalization: Normalization | None = None,
@@ -219,10 +220,8 @@ def triage_advantages(
     roles = _check_roles(roles)
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", roles.shape)
     a = _check_outcome_advantages(outcome_advantages, roles.shape[0])
-    if not isinstance(whiten, bool):
-        raise TypeError(f"`whiten` must be a Python bool (it changes the program); got {whiten!r}.")
-    out_dtype = _checks.output_dtype(a.dtype)
-    dt = _checks.compute_dtype(a.dtype)
+    out_dtype = _numeric.output_dtype(a.dtype)
+    dt = _numeric.compute_dtype(a.dtype)
     lam = _checks.scalar(lam, dt, "lam")
     c = _role_constants(constants, dt)
     credit = _credit(roles, _labelled(roles, turn_mask), c)
@@ -240,13 +239,13 @@ def triage_advantages(
     return out.astype(out_dtype)
 
 
-@jit_public(check=check_values(lam=FINITE), replicate=True)
+@jit_public(replicate=True)
 def scalar_process_advantages(
     outcome_advantages: Float[Array, " B"],
     process_rewards: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    lam: float | Float[Array, ""],
+    lam: Finite,
 ) -> Float[Array, "B K"]:
     """Scalar process-reward baseline: ``A_{i,k} = A_i + λ · p_{i,k}`` on valid turns.
 
@@ -282,8 +281,8 @@ def scalar_process_advantages(
     _checks.check_ndim(p, "process_rewards", 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", p.shape)
     a = _check_outcome_advantages(outcome_advantages, p.shape[0])
-    out_dtype = _checks.output_dtype(jnp.promote_types(a.dtype, p.dtype))
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(jnp.promote_types(a.dtype, p.dtype))
+    dt = _numeric.compute_dtype(out_dtype)
     lam = _checks.scalar(lam, dt, "lam")
     p = jnp.where(turn_mask, p.astype(dt), jnp.zeros((), dt))
     total = a.astype(dt)[:, None] + lam * p
@@ -302,7 +301,7 @@ def _residual_args(residuals, roles, turn_mask):
     _checks.check_ndim(d, "residuals", 2, "[B, K]")
     roles = _check_roles(roles, d.shape)
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", d.shape)
-    return d, roles, turn_mask, _checks.output_dtype(d.dtype), _checks.compute_dtype(d.dtype)
+    return d, roles, turn_mask, _numeric.output_dtype(d.dtype), _numeric.compute_dtype(d.dtype)
 
 
 class RoleFit(NamedTuple):
@@ -415,7 +414,7 @@ def optimal_mixing_weight(
     d = jnp.where(labelled, d.astype(dt), jnp.zeros((), dt))
     num = jnp.sum(c * d)
     den = jnp.sum(c * c)
-    return _checks.safe_div(num, den, den > 0).astype(out_dtype)
+    return _numeric.safe_div(num, den, den > 0).astype(out_dtype)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from . import _checks
-from ._api import UNIT, check_values
+from ._checks import Unit
 from ._group_ids import Groups
 from ._group_stats import check_x_and_groups
 from ._grouping import jit_grouped, normalization_or, normalize_with_groups
@@ -25,13 +25,13 @@ from ._turns import masked_discounted_returns, prepare_turns
 UNBIASED = Normalization(scale="none", eps=0.0, singleton="raw", leave_one_out=True)
 
 
-@jit_grouped(check=check_values(gamma=UNIT))
+@jit_grouped()
 def unbiased_turn_advantages(
     turn_rewards: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     group_ids: Int[Array, " B"] | Groups,
     *,
-    gamma: float | Float[Array, ""] = 1.0,
+    gamma: Unit = 1.0,
     normalization: Normalization | None = None,
 ) -> Float[Array, "B K"]:
     """Turn advantages whose baseline does not depend on the row's own stopping turn (verl #7244).

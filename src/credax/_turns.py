@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
-from ._api import FINITE, UNIT, check_values, concrete_numpy, jit_public
+from . import _checks, _numeric
+from ._api import concrete_numpy, jit_public
+from ._checks import Finite, Unit
 
 
 def prepare_turns(scores, turn_mask, name: str = "scores"):
@@ -29,8 +30,8 @@ def prepare_turns(scores, turn_mask, name: str = "scores"):
     scores = _checks.as_float_array(scores, name)
     _checks.check_ndim(scores, name, 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", scores.shape)
-    out_dtype = _checks.output_dtype(scores.dtype)
-    return scores.astype(_checks.compute_dtype(scores.dtype)), turn_mask, out_dtype
+    out_dtype = _numeric.output_dtype(scores.dtype)
+    return scores.astype(_numeric.compute_dtype(scores.dtype)), turn_mask, out_dtype
 
 
 # Up to this many turns TCPO's two running maxima are one reduction over a [B, K, K] broadcast
@@ -131,12 +132,12 @@ def discount_powers(num_turns: int, gamma: jax.Array) -> jax.Array:
     return jnp.where(k == 0, jnp.ones((), gamma.dtype), gamma ** k.astype(gamma.dtype))
 
 
-@jit_public(check=check_values(initial=FINITE), replicate=True)
+@jit_public(replicate=True)
 def best_prior(
     scores: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    initial: float | Float[Array, ""] = 0.0,
+    initial: Finite = 0.0,
 ) -> Float[Array, "B K"]:
     """Best score before each turn: ``m_k = max(initial, max_{t<k} s_t)`` over valid turns.
 
@@ -206,16 +207,16 @@ def discount_weights(num_turns: int, gamma: float | Float[Array, ""]) -> Float[A
     """
     num_turns = _checks.check_static_int(num_turns, "num_turns")
     gamma = jnp.asarray(gamma)
-    gamma = _checks.scalar(gamma, _checks.compute_dtype(gamma.dtype), "gamma")
+    gamma = _checks.scalar(gamma, _numeric.compute_dtype(gamma.dtype), "gamma")
     return discount_powers(num_turns, gamma)
 
 
-@jit_public(check=check_values(gamma=UNIT), replicate=True)
+@jit_public(replicate=True)
 def discounted_returns(
     rewards: Float[Array, "B K"],
     turn_mask: Bool[Array, "B K"],
     *,
-    gamma: float | Float[Array, ""],
+    gamma: Unit,
 ) -> Float[Array, "B K"]:
     """Discounted return of each turn: ``G_k = Σ_{t>=k, valid} γ^{t-k} r_t``.
 
@@ -276,7 +277,7 @@ def check_token_turn_shape(token_turn, batch: int, name: str = "token_turn") -> 
 def check_token_turn(token_turn, batch: int, name: str = "token_turn") -> jax.Array:
     token_turn = _checks.as_array(token_turn, name)
     check_token_turn_shape(token_turn, batch, name)
-    return _checks.widen_index(token_turn)
+    return _numeric.widen_index(token_turn)
 
 
 @jit_public(replicate=True)
@@ -305,7 +306,7 @@ def broadcast_to_tokens(
     turn_values = _checks.as_float_array(turn_values, "turn_values")
     _checks.check_ndim(turn_values, "turn_values", 2, "[B, K]")
     token_turn = check_token_turn(token_turn, turn_values.shape[0])
-    return gather_turns(turn_values.astype(_checks.output_dtype(turn_values.dtype)), token_turn)
+    return gather_turns(turn_values.astype(_numeric.output_dtype(turn_values.dtype)), token_turn)
 
 
 @jit_public(replicate=True)
@@ -348,7 +349,7 @@ def broadcast_to_turns(
     _checks.check_ndim(turn_mask, "turn_mask", 2, "[B, K]")
     _checks.check_leading(turn_mask, "turn_mask", values.shape, "[B, K]", f"B={values.shape[0]}")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", turn_mask.shape)
-    out = values.astype(_checks.output_dtype(values.dtype))[:, None]
+    out = values.astype(_numeric.output_dtype(values.dtype))[:, None]
     return jnp.where(turn_mask, out, jnp.zeros((), out.dtype))
 
 
@@ -478,8 +479,8 @@ def turn_surprisal(
     _checks.check_ndim(lp, "token_logprobs", 2, "[B, T]")
     token_turn = check_token_turn(token_turn, lp.shape[0])
     _checks.check_shape(token_turn, "token_turn", lp.shape, "[B, T]")
-    out_dtype = _checks.output_dtype(lp.dtype)
-    lp = lp.astype(_checks.compute_dtype(lp.dtype))
+    out_dtype = _numeric.output_dtype(lp.dtype)
+    lp = lp.astype(_numeric.compute_dtype(lp.dtype))
     batch = lp.shape[0]
     inside = (token_turn >= 0) & (token_turn < num_turns)
     # Flat segment b*K + k; tokens without a turn go to one spare segment that is dropped.
@@ -488,7 +489,7 @@ def turn_surprisal(
     both = jnp.stack([nll, inside.astype(lp.dtype)], axis=-1).reshape(-1, 2)
     sums = jax.ops.segment_sum(both, seg.reshape(-1), batch * num_turns + 1)[:-1]
     total, count = sums[:, 0].reshape(batch, num_turns), sums[:, 1].reshape(batch, num_turns)
-    out = total if reduce == "sum" else _checks.safe_div(total, count, count > 0)
+    out = total if reduce == "sum" else _numeric.safe_div(total, count, count > 0)
     return out.astype(out_dtype)
 
 
@@ -552,5 +553,5 @@ def prepare_anchored_steps(outcome_rewards, step_rewards, anchor_ids, turn_mask)
     _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
     r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
     _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
-    out_dtype = _checks.output_dtype(jnp.promote_types(r.dtype, s.dtype))
-    return r, s, anchors, turn_mask, out_dtype, _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(jnp.promote_types(r.dtype, s.dtype))
+    return r, s, anchors, turn_mask, out_dtype, _numeric.compute_dtype(out_dtype)

@@ -345,15 +345,11 @@ def validate_roles(roles, turn_mask=None, *, row_mask=None) -> None:
     """
     batch = padded_batch(roles)
     if batch is not None:
-        if turn_mask is not None:
-            raise TypeError("`validate_roles`: `roles` is a PaddedRollouts / RolloutBatch, which "
-                            "already holds `turn_mask`; pass either the batch alone or the arrays.")
+        _no_arrays_with_batch("validate_roles", "roles", turn_mask=turn_mask)
         roles, turn_mask = batch.roles, batch
     batch = padded_batch(turn_mask)
     if batch is not None:
-        if row_mask is not None:
-            raise TypeError("`validate_roles`: `turn_mask` is a PaddedRollouts / RolloutBatch, "
-                            "which already holds `row_mask`; pass either the batch or the arrays.")
+        _no_arrays_with_batch("validate_roles", "turn_mask", row_mask=row_mask)
         turn_mask, row_mask = batch.turn_mask, batch.row_mask
     if turn_mask is None:
         raise TypeError("`validate_roles` needs `turn_mask` (or pass the PaddedRollouts of "

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks
+from . import _checks, _numeric
 from ._api import jit_public, reads
 from ._collectives import vary_like
 from ._gae import _check_gae_args, _check_unit_interval, _row_scalar, turn_gae_advantages
@@ -143,8 +143,8 @@ def vetta_advantages(
                                     lam=lam, token_mask=token_mask)
     a_turn = turn.advantages
     batch, num_turns = a_turn.shape
-    out_dtype = _checks.output_dtype(jnp.result_type(a_turn.dtype, r_tok.dtype, v_tok.dtype))
-    dt = _checks.compute_dtype(out_dtype)
+    out_dtype = _numeric.output_dtype(jnp.result_type(a_turn.dtype, r_tok.dtype, v_tok.dtype))
+    dt = _numeric.compute_dtype(out_dtype)
     tmask_turns = _checks.as_mask(turn_mask, "turn_mask", a_turn.shape)
     inside = (token_turn >= 0) & (token_turn < num_turns)
     valid_turn = gather_turns(tmask_turns.astype(jnp.int32), token_turn) > 0
@@ -159,7 +159,7 @@ def vetta_advantages(
     seg = jnp.where(ok, jnp.arange(batch)[:, None] * num_turns + token_turn, batch * num_turns)
     cols = jnp.stack([a_tok, ok.astype(dt)], axis=-1).reshape(-1, 2)
     sums = jax.ops.segment_sum(cols, seg.reshape(-1), batch * num_turns + 1)
-    mean = _checks.safe_div(sums[:, 0], sums[:, 1], sums[:, 1] > 0)[seg.reshape(-1)]
+    mean = _numeric.safe_div(sums[:, 0], sums[:, 1], sums[:, 1] > 0)[seg.reshape(-1)]
     residual = jnp.where(ok, a_tok - mean.reshape(a_tok.shape), zero)
     adv = jnp.where(ok, gather_turns(a_turn.astype(dt), token_turn) + residual, zero)
     return VETTA(adv.astype(out_dtype), a_turn.astype(out_dtype), residual.astype(out_dtype))

@@ -86,7 +86,7 @@ import credax
 
 from ._batch import TurnBatch
 from ._readers import FORMATS, read_rollouts
-from ._registry import ALL, Call
+from ._registry import CALLS, Call
 from ._roles import Role
 from ._rollouts import Rollout, RolloutBatch, Turn, pad_rollouts
 
@@ -161,7 +161,7 @@ SHOWN: dict[str, str] = {
         "minus the mean return to go of the prompt group's other rollouts that reached the same "
         "turn; unbiased under variable turn counts."),
 }
-EXPLAINED: dict[str, Call] = {m: ALL[f"{m}_advantages"] for m in SHOWN}
+EXPLAINED: dict[str, Call] = {m: CALLS[f"{m}_advantages"] for m in SHOWN}
 # The methods: the registry's call of each, per turn (or per rollout, on every turn).
 METHODS: dict[str, Callable[[RolloutBatch], object]] = {
     m: _method(c) for m, c in EXPLAINED.items()}

@@ -734,12 +734,14 @@ def _sweep_name(label: str) -> str:
 
 def entry_points(env: Env, cfg: Config) -> list[Entry]:
     """Every public entry point of credax, with inputs at the sweep size of ``cfg``: every call of
-    the method registry (``credax._registry``: each public array function and its forms) on
+    the method registry (``credax._registry``: each public array function) and its forms
+    (``credax.bench.sweep``) on
     two batches of the same shape, its numeric hyperparameters at the first value of the one
-    schedule (``credax._batch.SCHEDULE``, the compile-once test's) and changed to the second for
+    schedule (``credax.bench.sweep.SCHEDULE``, the compile-once test's) and changed to the second for
     the recompilation check; then the layouts of ``groups`` and the host-side functions."""
-    from credax import _registry as calls
-    from credax._batch import TurnBatch, scheduled_options
+    from credax import _registry
+    from credax._batch import TurnBatch
+    from credax.bench.sweep import FORMS, scheduled_options
 
     credax, put = env.credax, env.put
     z = cfg.sweep
@@ -801,7 +803,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         first = {**kwargs, **scheduled_options(signature, args, kwargs, 0)}
         return first, scheduled_options(signature, args, kwargs, 1) or None
 
-    for label, c in calls.ALL.items():
+    for label, c in {**_registry.CALLS, **FORMS}.items():
         needs = set(c.needs)
         pair = ((l1, l2) if needs & _LM_FIELDS else (t1, t2) if needs & _TOKEN_FIELDS
                 else (a1, a2) if "alt_scores" in needs else (d1, d2))
@@ -814,7 +816,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
     ids1, ids2 = turns1.group_ids, turns2.group_ids
     c1 = credax.groups(np.repeat(np.arange(b // g_size), g_size), layout="contiguous",
                        group_size=g_size)
-    grpo, tcpo = calls.ESTIMATORS["grpo_advantages"], calls.ESTIMATORS["tcpo_advantages"]
+    grpo, tcpo = _registry.ESTIMATORS["grpo_advantages"], _registry.ESTIMATORS["tcpo_advantages"]
     for name, c in (("grpo_advantages (contiguous)", grpo), ("tcpo_advantages (contiguous)", tcpo)):
         (x1, kw), (x2, _) = c.args(d1._replace(group_ids=c1)), c.args(d2._replace(group_ids=c1))
         add(name, getattr(credax, c.name), x1, x2, *tuned(getattr(credax, c.name), x1, kw))
@@ -835,7 +837,7 @@ def entry_points(env: Env, cfg: Config) -> list[Entry]:
         (alt2, am, turns2.scores), jitted=None)
     add("validate_roles", credax.validate_roles, (turns1.roles, np_m),
         (turns2.roles, turns2.turn_mask), jitted=None)
-    tree = calls.ESTIMATORS["tree_advantages"]  # its forests: each row a chain of its turns
+    tree = _registry.ESTIMATORS["tree_advantages"]  # its forests: each row a chain of its turns
     forest1, forest2 = (tuple(map(np.asarray, tree.args(x)[0])) for x in (turns1, turns2))
     add("validate_tree", credax.validate_tree, forest1, forest2, jitted=None)
     labels = [["D", "E", "N", "R"][: 1 + i % 4] for i in range(min(b, 256))]

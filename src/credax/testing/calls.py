@@ -14,7 +14,8 @@ with an obvious default (a drawn batch has neither: ``anchors`` ← ``roles``, `
     CALLS["grpo_advantages"](batch, ns=credax.torch)     # the same call through another namespace
 
 The tables mirror the registry's, one test :class:`Call` per registry entry: :data:`ESTIMATORS`,
-:data:`TOOLS`, :data:`VARIANTS` (the registry's ``FORMS``), :data:`CALLS` (the first two) and
+:data:`TOOLS`, :data:`VARIANTS` (:data:`FORMS`, the other forms of a call, with their
+metadata), :data:`CALLS` (the first two) and
 :data:`ALL` (all three). A call reads the batch's first six fields and the optional fields its
 entry names (:attr:`Call.needs`; a ``ValueError`` names a missing one).
 
@@ -28,10 +29,11 @@ from dataclasses import dataclass, field, fields
 
 from .. import _registry
 from .._batch import TurnBatch
-from .._batch import example_batch as example_batch
 from .._registry import LEVELS as LEVELS
 from .._registry import OPTIONAL as OPTIONAL
 from .._registry import token_mask as token_mask
+from ..bench.sweep import FORMS as FORMS
+from ..bench.sweep import example_batch as example_batch
 
 # The invariant checks of credax.testing that an entry's output satisfies (tests/test_dogfood.py).
 COMMON = ("padding_invariance", "permutation_equivariance", "group_isolation", "masked_zero",
@@ -79,7 +81,6 @@ class Call(_registry.Call):
     adapter: Callable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        super().__post_init__()
         # One adapter object per entry, so the checkers of credax.testing (which cache their jit
         # on (fn, adapter)) share one compilation per function across checks.
         object.__setattr__(self, "adapter", lambda fn: lambda b: self(b, fn=fn))
@@ -140,7 +141,7 @@ META: dict[str, dict] = {
 }
 
 
-_UNKNOWN = set(META) - set(_registry.ALL)
+_UNKNOWN = set(META) - set(_registry.CALLS) - set(FORMS)
 if _UNKNOWN:  # a label that names no registry entry would drop its checks silently
     raise ValueError(f"credax.testing.calls.META: {sorted(_UNKNOWN)} are not registry labels.")
 
@@ -166,6 +167,8 @@ def _table(entries: Mapping[str, _registry.Call]) -> dict[str, Call]:
 
 ESTIMATORS: dict[str, Call] = _table(_registry.ESTIMATORS)
 TOOLS: dict[str, Call] = _table(_registry.TOOLS)
-VARIANTS: dict[str, Call] = _table(_registry.FORMS)
+VARIANTS: dict[str, Call] = _table(FORMS)
 CALLS: dict[str, Call] = {**ESTIMATORS, **TOOLS}
 ALL: dict[str, Call] = {**CALLS, **VARIANTS}
+# The registry's calls and the forms, without the tests' metadata.
+REGISTRY: dict[str, _registry.Call] = {**_registry.CALLS, **FORMS}
