@@ -2,6 +2,8 @@
 
     python -m benchmarks.lab --tier lm            # the declared budget (make lab-lm)
     python -m benchmarks.lab --tier lm --tiny     # seconds: the test's size
+    # tuning, on seeds disjoint from the verdict's 0..11:
+    python -m benchmarks.lab --tier lm --variants default --methods grpo --first-seed 1000 --seeds 4 --lr 0.2
 
 The task is verifier-guided refinement at the token level. A hidden answer of ``L`` letters over
 ``V``; the prompt shows some positions (hints) and masks the others. Each turn the model writes
@@ -532,7 +534,8 @@ def main(argv) -> int:
         chosen = tuple(m.strip() for m in args.methods.split(","))
         seeds = args.seeds or PRESETS[v]["seeds"]
         print(f"[lm] {v}: {param_count(TinyLM(c, nnx.Rngs(params=jax.random.key(0))))} parameters, "
-              f"{len(chosen)} methods x {seeds} seeds from {args.first_seed}, {c.sft_steps} SFT + {c.steps} RL steps", flush=True)
+              f"{len(chosen)} methods x {seeds} seeds from {args.first_seed}, {c.sft_steps} SFT + "
+              f"{c.steps} RL steps", flush=True)
         t0, w0 = time.process_time(), time.perf_counter()
         rec = record(c, run(c, seeds, log=lambda s: print(s, flush=True), methods=chosen,
                             first_seed=args.first_seed), v)
