@@ -50,9 +50,10 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 demo: $(DEMO_STAMP)
 	$(PY) -m benchmarks.lab
 
-# The lab's transformer tier (benchmarks/lab/lm.py): 9 methods x 12 seeds, 150 SFT + 80 RL steps,
-# two task variants: about 25 CPU-minutes per variant (0.16 CPU-s per (method, seed, step),
-# measured on the 4-seed run; docs/guides/credit-lab.md, "The transformer tier").
+# The lab's transformer tier (benchmarks/lab/lm.py): 9 methods x 12 seeds, 150 SFT + 80 RL steps
+# (SGD lr 0.1), two task variants: about 32 CPU-minutes per variant (0.21 CPU-s per (method, seed,
+# step), measured loaded on the declared run; docs/guides/credit-lab.md, "The transformer tier");
+# peak resident memory about 12 GB (ps); two variants run in parallel exhausted 24 GB.
 lab-lm: $(DEMO_STAMP)
 	$(PY) -m benchmarks.lab --tier lm --out demo-results/lm
 
