@@ -653,11 +653,12 @@ ADVICE = {
     "hindsight and MT-GRPO win refine and lose probe, TRIAGE wins probe and ties MT-GRPO on "
     "refine); check the exact tier's cosines before trusting it",
     ("better", "worse"): "like the score-change methods (TCPO + hindsight, MT-GRPO): use it where "
-    "a verifier scores every turn (refinement); where turns gather information that no score "
-    "rewards, pay for exploration instead (TRIAGE with a judge that labels it, or an "
-    "exploration bonus)",
-    ("better", "tie"): "helps on refinement like the score-change methods, not settled on "
-    "information gathering at these seeds",
+    "a verifier scores every turn (refinement) — shown on the toy refine task, not settled for a "
+    "language-model agent (the transformer tier: TCPO + hindsight ties or trails GRPO); where "
+    "turns gather information that no score rewards, pay for exploration instead (TRIAGE with a "
+    "judge that labels it, or an exploration bonus)",
+    ("better", "tie"): "helps on refinement like the score-change methods (toy tier; not settled "
+    "for a language-model agent), not settled on information gathering at these seeds",
     ("worse", "better"): "like TRIAGE / the exploration bonus on probe: it pays for "
     "information-gathering turns; on refinement the score-change methods are ahead",
     ("tie", "better"): "pays for information-gathering turns (probe) like TRIAGE; not settled on "
