@@ -236,28 +236,28 @@ def check_agg(agg: str, normalizer, name: str = "agg") -> None:
         raise ValueError(f"`{name}='token-sum'` has no denominator; do not pass `normalizer`.")
 
 
-# One rule per numeric field: (ok, requirement). Each value is a double already known to be a
-# number; ±inf passes only where a rule allows it.
+# One rule per numeric field, (ok, requirement): the shared `_checks` rules where they fit. Each
+# value is a double already known to be a number; ±inf passes only where a rule allows it.
 _RULES = {
     "clip_low": (lambda v: 0 < v < 1, "lie in (0, 1) (the ratio's lower bound is 1 - clip_low)"),
-    "clip_high": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
+    "clip_high": _checks.POSITIVE,
     "dual_clip": (lambda v: v > 1, "be > 1 (it caps the ratio of negative-advantage tokens; "
                   "`dual_clip=None` disables it)"),
     "ratio_cap": (lambda v: v > 1 and math.isfinite(v),
                   "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)"),
     "normalizer": NORMALIZER,
-    "kl_coef": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
+    "kl_coef": _checks.NON_NEGATIVE,
     "kl_clamp": (lambda v: v > 0, "be > 0 (or None)"),
-    "rollout_is_threshold": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
-    "entropy_coef": (math.isfinite, "be finite"),
+    "rollout_is_threshold": _checks.POSITIVE,
+    "entropy_coef": _checks.FINITE,
     "cispo_max": (lambda v: 0 < v and math.isfinite(v),
                   "be positive and finite (the cap of CISPO's ratio weight, TRL's `epsilon_high`)"),
-    "sapo_tau_pos": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
-    "sapo_tau_neg": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
-    "vespo_k_pos": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
-    "vespo_lambda_pos": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
-    "vespo_k_neg": (lambda v: v >= 0 and math.isfinite(v), "be >= 0 and finite"),
-    "vespo_lambda_neg": (lambda v: 0 < v and math.isfinite(v), "be positive and finite"),
+    "sapo_tau_pos": _checks.POSITIVE,
+    "sapo_tau_neg": _checks.POSITIVE,
+    "vespo_k_pos": _checks.NON_NEGATIVE,
+    "vespo_lambda_pos": _checks.POSITIVE,
+    "vespo_k_neg": _checks.NON_NEGATIVE,
+    "vespo_lambda_neg": _checks.POSITIVE,
 }
 
 
