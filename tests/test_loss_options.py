@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +26,7 @@ import numpy as np
 import pytest
 
 import credax
-from credax import presets
+from credax import _checks, _loss_options, _normalization, presets
 from credax._loss_options import LOSS_OPTION_KEYS
 from tests.probes import INF, NAN, Probes, raises
 
@@ -117,6 +118,37 @@ def test_a_rebuilt_value_is_checked_where_it_is_used():
     leaves = jax.tree_util.tree_leaves(credax.LossOptions())
     with pytest.raises(ValueError):  # a hand-made aux of the wrong length
         jax.tree_util.tree_unflatten(treedef, leaves[:-1])
+
+
+def test_each_field_declares_its_rule_once_in_the_signature():
+    # #43: a field's annotation is its rule (a Rule, a Literal's modes, a bool), read by the
+    # reader the public functions use; typing's own reader resolves every annotation. By hand
+    # only: log_ratio_clamp (a bound or a pair) and Normalization's ddof (a static int, int32).
+    for cls, by_hand in ((credax.LossOptions, {"log_ratio_clamp"}), (credax.Normalization, {"ddof"})):
+        hints = typing.get_type_hints(cls.__init__, include_extras=True)
+        assert set(hints) - set(_checks.annotated_fields(cls.__init__)) == by_hand
+    rules = _checks.annotated_fields(credax.LossOptions.__init__)
+    assert rules["agg"] == (("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
+                             "seq-mean-token-sum-norm"), False)
+    assert rules["kl_ratio_weight"] == (bool, False) and rules["kl_coef"] == (_checks.NON_NEGATIVE, False)
+    assert rules["dual_clip"][1] and rules["sapo_tau_pos"] == (_checks.POSITIVE, True)  # None: off
+    assert _checks.annotated_fields(credax.Normalization.__init__)["singleton"] == (
+        ("zero", "raw", "center"), False)  # "center" deprecated, still accepted
+    # The mode constants keep their values; the pytree layout (leaves, then aux data) is the one
+    # the hand-written key tuples gave before the signature was read for it.
+    assert (_loss_options.KL_ESTIMATORS, _loss_options.RATIO_LEVELS, _loss_options.ROLLOUT_IS_LEVELS,
+            _loss_options.SURROGATES) == (("k1", "k2", "k3", "abs"), ("token", "sequence"),
+                                          ("token", "sequence"), ("clip", "cispo", "sapo", "vespo"))
+    assert (_normalization.SINGLETON_MODES, _normalization.EPS_MODES, _normalization.SCALE_MODES) == (
+        ("zero", "raw"), ("add", "sqrt"), ("group", "batch", "none"))
+    assert _loss_options.NUMERIC_KEYS == (
+        "clip_low", "clip_high", "dual_clip", "ratio_cap", "normalizer", "kl_coef", "kl_clamp",
+        "rollout_is_threshold", "entropy_coef", "log_ratio_clamp", "cispo_max", "sapo_tau_pos",
+        "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+    assert _loss_options.STATIC_KEYS == ("agg", "kl_estimator", "ratio", "rollout_is",
+                                         "kl_ratio_weight", "surrogate")
+    assert credax.Normalization._LEAVES == ("eps",) and credax.Normalization._STATIC == (
+        "center", "scale", "ddof", "eps_mode", "singleton", "leave_one_out")
 
 
 # --------------------------------------------------------------------------------------------

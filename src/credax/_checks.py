@@ -214,7 +214,8 @@ UNIT = Rule(lambda v: 0 <= v <= 1, "lie in [0, 1]")
 
 # A hyperparameter declares its rule once, in its annotation (``gamma: Unit = 1.0``): a float or
 # a 0-d array (it may be traced), and the rule the public entry reads from the signature
-# (:func:`annotated_rules`) and applies to a concrete value on the host.
+# (:func:`annotated_rules`) and applies to a concrete value on the host. An options value's field
+# does the same (:func:`annotated_fields`), where a ``Literal`` names its modes and ``bool`` a flag.
 Scalar = float | Float[Array, ""]
 Finite = Annotated[Scalar, FINITE]
 NonNegative = Annotated[Scalar, NON_NEGATIVE]
@@ -222,14 +223,26 @@ Positive = Annotated[Scalar, POSITIVE]
 Unit = Annotated[Scalar, UNIT]
 
 
+def annotated_fields(fn: Callable) -> dict[str, tuple]:
+    """``{argument: (rule, optional)}`` of the arguments of ``fn`` whose annotation declares a
+    rule: a :class:`Rule` (``Unit``, ``Annotated[Scalar, Rule(...)]``), the modes of a
+    ``Literal`` (a tuple) or ``bool`` (a Python bool); ``optional`` when the annotation admits
+    ``None`` (``Positive | None``: ``None`` switches it off)."""
+    fields = {}
+    for name, hint in typing.get_type_hints(fn, include_extras=True).items():
+        optional = type(None) in typing.get_args(hint)
+        for part in (hint, *typing.get_args(hint)):  # the hint, or a member of its union
+            rules = [m for m in getattr(part, "__metadata__", ()) if isinstance(m, Rule)]
+            rules += [typing.get_args(part)] if typing.get_origin(part) is typing.Literal else []
+            rules += [bool] if part is bool else []
+            fields.update((name, (rule, optional)) for rule in rules)
+    return fields
+
+
 def annotated_rules(fn: Callable) -> dict[str, Rule]:
     """``{argument: Rule}`` of the arguments of ``fn`` whose annotation carries a :class:`Rule`
     (``Unit``, ``Positive | None``, ``Annotated[Scalar, Rule(...)]``)."""
-    rules = {}
-    for name, hint in typing.get_type_hints(fn, include_extras=True).items():
-        for part in (hint, *typing.get_args(hint)):  # the hint, or a member of its union
-            rules.update((name, m) for m in getattr(part, "__metadata__", ()) if isinstance(m, Rule))
-    return rules
+    return {name: rule for name, (rule, _) in annotated_fields(fn).items() if isinstance(rule, Rule)}
 
 
 def check_concrete(value, name: str, ok, requirement: str) -> float | None:

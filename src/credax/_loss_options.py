@@ -12,40 +12,38 @@ so a schedule never recompiles), every concrete value checked when the value is 
 from __future__ import annotations
 
 import math
-from typing import Annotated
+import typing
+from typing import Annotated, Literal
 
 import jax
 import numpy as np
-from jaxtyping import Array, Float
 
 from . import _checks
+from ._checks import Finite, NonNegative, Positive, Rule, Scalar
 
-AGG_MODES = (
+# The static choices: each field's annotation is its Literal, the tuple constant its modes.
+AggMode = Literal[
     "token-mean",
     "token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum",
     "seq-mean-token-sum-norm",
-)
-KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-RATIO_LEVELS = ("token", "sequence")
-ROLLOUT_IS_LEVELS = ("token", "sequence")
+]
+AGG_MODES = typing.get_args(AggMode)
+KlEstimator = Literal["k1", "k2", "k3", "abs"]
+KL_ESTIMATORS = typing.get_args(KlEstimator)
+Level = Literal["token", "sequence"]  # where the ratio, or the rollout correction, is computed
+RATIO_LEVELS = ROLLOUT_IS_LEVELS = typing.get_args(Level)
 # The per-token objective (``_losses._surrogate``): PPO's clipped ratio, or one of the 2025-26
 # alternatives TRL 1.16 and Liger 0.8.5 ship (LUSPO is "clip" with a sequence ratio and the
 # length-weighted `seq-mean-token-sum` aggregation: ``presets.trl_loss("luspo")``).
-SURROGATES = ("clip", "cispo", "sapo", "vespo")
+Surrogate = Literal["clip", "cispo", "sapo", "vespo"]
+SURROGATES = typing.get_args(Surrogate)
 # verl's clamp of the log-ratio before exp (core_algos ``compute_policy_loss_vanilla``, ``kl_penalty``).
 LOG_RATIO_CLAMP = 20.0
 # VESPO's bounds of the sequence log-weight: [log 1e-8, 20] (the paper's code, TRL, Liger).
 VESPO_LOG_WEIGHT_MIN = math.log(1e-8)
 
-# The fields, in order: numeric (pytree leaves, may be traced) then static (aux data).
-NUMERIC_KEYS = ("clip_low", "clip_high", "dual_clip", "ratio_cap", "normalizer", "kl_coef",
-                "kl_clamp", "rollout_is_threshold", "entropy_coef", "log_ratio_clamp",
-                "cispo_max", "sapo_tau_pos", "sapo_tau_neg", "vespo_k_pos", "vespo_lambda_pos",
-                "vespo_k_neg", "vespo_lambda_neg")
-STATIC_KEYS = ("agg", "kl_estimator", "ratio", "rollout_is", "kl_ratio_weight", "surrogate")
-LOSS_OPTION_KEYS = NUMERIC_KEYS + STATIC_KEYS
 # Each surrogate's own numeric fields, with their defaults (TRL 1.16's; CISPO's cap is ScaleRL's
 # ε_max, TRL falls back to `epsilon`). They are None (no leaf) unless their surrogate is chosen.
 SURROGATE_FIELDS = {
@@ -55,39 +53,28 @@ SURROGATE_FIELDS = {
     "vespo": {"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
               "vespo_lambda_neg": 2.0},
 }
-_OPTIONAL = frozenset({"dual_clip", "ratio_cap", "normalizer", "kl_clamp"}.union(
-    *SURROGATE_FIELDS.values()))  # None: off, or a surrogate's field when another is chosen
-_STATIC_CHOICES = {"agg": AGG_MODES, "kl_estimator": KL_ESTIMATORS, "ratio": RATIO_LEVELS,
-                   "rollout_is": ROLLOUT_IS_LEVELS, "surrogate": SURROGATES}
-
-# The TypeError of a removed loose keyword (`clip_low=...` on policy_loss) says where it went.
-MOVED_TO_LOSS_OPTIONS = {
-    key: (f"Policy-loss options are one value: `options=credax.LossOptions({key}=...)` (or a "
-          "preset such as credax.presets.VERL_LOSS, `preset.replace(...)` to change a field).")
-    for key in LOSS_OPTION_KEYS
-}
 NOT_A_MAPPING = ("argument after ** must be a mapping, not {kind}: a preset is one value, passed "
-                 "whole as `{keyword}=` (e.g. `{example}`); `.replace(field=...)` changes a field "
+                 "whole as `{keyword}=` (e.g. `{keyword}={example}`); `.replace(field=...)` changes a field "
                  "and `.asdict()` gives the fields.")
 
 
 class OptionsValue:
     """What both options values (:class:`credax.Normalization`, :class:`LossOptions`) share: an
     immutable, final pytree with equality by fields, not a mapping (``**preset`` explains the
-    keyword instead), whose fields :meth:`_check` checks (the class's one table of rules).
+    keyword instead), whose fields :meth:`_check` checks.
 
-    A class sets ``_FIELDS`` (constructor order), ``_LEAVES`` (the numeric fields: pytree leaves,
-    which may be traced) and ``_STATIC`` (aux data: they change the program), ``_KEYWORD`` /
-    ``_EXAMPLE`` for the messages, and ``_check(values) -> values``. Values the constructor,
-    ``replace``, a copy or a pickle built are checked then (``_checked``); one ``tree_unflatten``
-    built (under a transformation the leaves may be tracers) is checked at its next use
-    (:meth:`take`)."""
+    A class declares each field once, as a keyword of its ``__init__`` (``__slots__`` lists
+    them): its annotation is the field's rule (``Positive``, ``Literal[...]``, ``bool``; ``| None``
+    where ``None`` switches it off), read by :func:`_checks.annotated_fields` into
+    ``_FIELD_RULES`` for :func:`check_fields`, and its place in the pytree: a ``bool``, ``int`` or
+    ``Literal`` field is aux data (``_STATIC``: a Python value, it changes the program), every
+    other a leaf (``_LEAVES``: it may be traced). It sets ``_credax_option`` (the keyword it is
+    passed as: the public entry's diagnosis reads it too) and ``_EXAMPLE`` (a preset) for the
+    messages, and ``_check(values) -> values``. Values the constructor, ``replace``, a copy or a
+    pickle built are checked then (``_checked``); one ``tree_unflatten`` built (under a
+    transformation the leaves may be tracers) is checked at its next use (:meth:`take`)."""
 
     __slots__ = ()
-    _FIELDS: tuple = ()
-    _LEAVES: tuple = ()
-    _STATIC: tuple = ()
-    _KEYWORD = _EXAMPLE = ""
 
     def __init_subclass__(cls, **kwargs):
         if OptionsValue not in cls.__bases__:
@@ -95,6 +82,11 @@ class OptionsValue:
                             "registered pytree of checked fields); build one with "
                             f"`credax.{cls.__mro__[1].__name__}(...)` or `preset.replace(...)`.")
         super().__init_subclass__(**kwargs)
+        hints = typing.get_type_hints(cls.__init__)  # the fields, in constructor order
+        cls._FIELDS, cls._FIELD_RULES = tuple(hints), _checks.annotated_fields(cls.__init__)
+        cls._STATIC = tuple(k for k, hint in hints.items()
+                            if hint in (bool, int) or typing.get_origin(hint) is Literal)
+        cls._LEAVES = tuple(k for k in hints if k not in cls._STATIC)
         jax.tree_util.register_pytree_node_class(cls)
 
     def _fill(self, values: dict, *, checked: bool):
@@ -119,12 +111,12 @@ class OptionsValue:
                 cls._check(value.asdict())
             return value
         if isinstance(value, OptionsValue):
-            hint = (f" (a {type(value).__name__} is the `{value._KEYWORD}=` value; `{name}` takes a "
+            hint = (f" (a {type(value).__name__} is the `{value._credax_option}=` value; `{name}` takes a "
                     f"credax.{cls.__name__})")
         else:
             hint = (f" (a mapping is not accepted: build `credax.{cls.__name__}(**fields)`)"
                     if hasattr(value, "items") else "")
-        raise TypeError(f"`{name}` must be a credax.{cls.__name__} (e.g. {cls._EXAMPLE.split('=')[1]}) "
+        raise TypeError(f"`{name}` must be a credax.{cls.__name__} (e.g. {cls._EXAMPLE}) "
                         f"or None; got {type(value).__name__}{hint}.")
 
     def __setattr__(self, name, value):
@@ -149,7 +141,7 @@ class OptionsValue:
 
     def keys(self):
         # Defined only to explain `**preset`: Python calls keys() for `f(**x)` and dict(x).
-        raise TypeError(NOT_A_MAPPING.format(kind=type(self).__name__, keyword=self._KEYWORD,
+        raise TypeError(NOT_A_MAPPING.format(kind=type(self).__name__, keyword=self._credax_option,
                                              example=self._EXAMPLE))
 
     def __eq__(self, other) -> bool:
@@ -189,28 +181,31 @@ def _rebuild(cls, values: dict) -> OptionsValue:
     return cls._build(cls._check(values), checked=True)
 
 
-def check_fields(values: dict, *, choices: dict, bools: tuple, rules: dict,
-                 optional=frozenset()) -> dict:
-    """The table-driven field check of an options value: each of ``choices`` among its modes,
-    ``bools`` Python bools (they change the program), each number of ``rules`` a real scalar
-    (:func:`_checks.option_number`) whose concrete value obeys its rule as a double and in float32
-    (JAX's dtype without x64); ``None`` passes where ``optional``. Returns the values as stored."""
-    for key, modes in choices.items():
-        _checks.check_option(values[key], key, modes)
+def check_fields(values: dict, rules: dict) -> dict:
+    """The field check of an options value by the ``rules`` its ``__init__`` annotations declare
+    (``_FIELD_RULES``, :func:`_checks.annotated_fields`): each ``Literal`` field among its modes,
+    the ``bool`` ones Python bools (they change the program), each field of a :class:`_checks.Rule`
+    a real scalar (:func:`_checks.option_number`) whose concrete value obeys it as a double and in
+    float32 (JAX's dtype without x64); ``None`` passes where the annotation admits it. Returns the
+    values as stored."""
+    for key, (rule, _) in rules.items():
+        if type(rule) is tuple:  # a Literal's modes
+            _checks.check_option(values[key], key, rule)
+    bools = [key for key, (rule, _) in rules.items() if rule is bool]
     if any(not isinstance(values[key], bool) for key in bools):
         names, got = " and ".join(f"`{k}`" for k in bools), ", ".join(f"{k}={values[k]!r}" for k in bools)
         what = "a Python bool (it changes" if len(bools) == 1 else "Python bools (they change"
         raise TypeError(f"{names} must be {what} the program); got {got}.")
     out = dict(values)
-    for key, (ok, requirement) in rules.items():
-        if out[key] is None and key in optional:
+    for key, (rule, optional) in rules.items():
+        if not isinstance(rule, Rule) or (out[key] is None and optional):
             continue
         out[key], v = _checks.option_number(out[key], key)
-        if v is not None and not ok(v):
-            raise ValueError(f"`{key}` must {requirement}; got {v}.")
-        if v is not None and not jax.config.jax_enable_x64 and not ok(float(np.float32(v))):
+        if v is not None and not rule.ok(v):
+            raise ValueError(f"`{key}` must {rule.requirement}; got {v}.")
+        if v is not None and not jax.config.jax_enable_x64 and not rule.ok(float(np.float32(v))):
             # e.g. clip_high=1e-50 is 0 in float32, clip_low=1 - 1e-9 is 1: the rule fails there.
-            raise ValueError(f"`{key}` must {requirement} in float32 (JAX computes in float32 "
+            raise ValueError(f"`{key}` must {rule.requirement} in float32 (JAX computes in float32 "
                              f"without `jax_enable_x64`); got {v!r}, {float(np.float32(v))!r} in "
                              "float32.")
     return out
@@ -219,9 +214,9 @@ def check_fields(values: dict, *, choices: dict, bools: tuple, rules: dict,
 # The rule of a global denominator (a LossOptions field, `aggregate`'s and `value_loss`'s argument).
 # A concrete count of 0 (or inf) is a bug upstream; a traced 0 (a psum over empty masks) still
 # gives loss 0 with a zero gradient.
-NORMALIZER = _checks.Rule(lambda v: v > 0 and math.isfinite(v),
+NORMALIZER = Rule(lambda v: v > 0 and math.isfinite(v),
                           "be a positive, finite token or sequence count")
-Normalizer = Annotated[_checks.Scalar, NORMALIZER]
+Normalizer = Annotated[Scalar, NORMALIZER]
 
 
 def check_agg(agg: str, normalizer, name: str = "agg") -> None:
@@ -236,29 +231,17 @@ def check_agg(agg: str, normalizer, name: str = "agg") -> None:
         raise ValueError(f"`{name}='token-sum'` has no denominator; do not pass `normalizer`.")
 
 
-# One rule per numeric field, (ok, requirement): the shared `_checks` rules where they fit. Each
-# value is a double already known to be a number; ±inf passes only where a rule allows it.
-_RULES = {
-    "clip_low": (lambda v: 0 < v < 1, "lie in (0, 1) (the ratio's lower bound is 1 - clip_low)"),
-    "clip_high": _checks.POSITIVE,
-    "dual_clip": (lambda v: v > 1, "be > 1 (it caps the ratio of negative-advantage tokens; "
-                  "`dual_clip=None` disables it)"),
-    "ratio_cap": (lambda v: v > 1 and math.isfinite(v),
-                  "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)"),
-    "normalizer": NORMALIZER,
-    "kl_coef": _checks.NON_NEGATIVE,
-    "kl_clamp": (lambda v: v > 0, "be > 0 (or None)"),
-    "rollout_is_threshold": _checks.POSITIVE,
-    "entropy_coef": _checks.FINITE,
-    "cispo_max": (lambda v: 0 < v and math.isfinite(v),
-                  "be positive and finite (the cap of CISPO's ratio weight, TRL's `epsilon_high`)"),
-    "sapo_tau_pos": _checks.POSITIVE,
-    "sapo_tau_neg": _checks.POSITIVE,
-    "vespo_k_pos": _checks.NON_NEGATIVE,
-    "vespo_lambda_pos": _checks.POSITIVE,
-    "vespo_k_neg": _checks.NON_NEGATIVE,
-    "vespo_lambda_neg": _checks.POSITIVE,
-}
+# The fields' own rules (each read from its annotation in LossOptions.__init__, where the other
+# numeric fields name _checks' shared ones). Each value is a double already known to be a number;
+# ±inf passes only where a rule allows it.
+CLIP_LOW = Rule(lambda v: 0 < v < 1, "lie in (0, 1) (the ratio's lower bound is 1 - clip_low)")
+DUAL_CLIP = Rule(lambda v: v > 1, "be > 1 (it caps the ratio of negative-advantage tokens; "
+                 "`dual_clip=None` disables it)")
+RATIO_CAP = Rule(lambda v: v > 1 and math.isfinite(v),
+                 "be > 1 and finite (TRL's `delta`; `ratio_cap=None` disables it)")
+KL_CLAMP = Rule(lambda v: v > 0, "be > 0 (or None)")
+CISPO_MAX = Rule(lambda v: 0 < v and math.isfinite(v),
+                 "be positive and finite (the cap of CISPO's ratio weight, TRL's `epsilon_high`)")
 
 
 def _check_clamp(clamp) -> tuple | object:
@@ -280,8 +263,8 @@ def _check_clamp(clamp) -> tuple | object:
 
 def checked_fields(values: dict) -> dict:
     """The fields of a LossOptions, each checked (concrete values only; traced ones as they are):
-    the table (:func:`check_fields`) for the modes, ``kl_ratio_weight`` and the numbers, the
-    surrogates' own fields, the clamp, and the pairs that exclude each other."""
+    the annotations' rules (:func:`check_fields`) for the modes, ``kl_ratio_weight`` and the
+    numbers, the surrogates' own fields, the clamp, and the pairs that exclude each other."""
     values = dict(values)
     _checks.check_option(values["surrogate"], "surrogate", SURROGATES)  # before its fields
     for surrogate, fields in SURROGATE_FIELDS.items():
@@ -292,8 +275,7 @@ def checked_fields(values: dict) -> dict:
                 raise ValueError(f"`{key}` is a field of `surrogate={surrogate!r}`; with "
                                  f"`surrogate={values['surrogate']!r}` it must be None (pass "
                                  f"`surrogate={surrogate!r}`, or `{key}=None`).")
-    out = check_fields(values, choices=_STATIC_CHOICES, bools=("kl_ratio_weight",), rules=_RULES,
-                       optional=_OPTIONAL)
+    out = check_fields(values, LossOptions._FIELD_RULES)
     out["log_ratio_clamp"] = _check_clamp(values["log_ratio_clamp"])
     if values["surrogate"] != "clip":
         for key in ("dual_clip", "ratio_cap"):
@@ -362,45 +344,56 @@ class LossOptions(OptionsValue):
       -0.89
     """
 
-    __slots__ = (*LOSS_OPTION_KEYS, "_checked")
     _credax_option = "options"  # given for another argument, the entry's diagnosis names both
-    _FIELDS, _LEAVES, _STATIC = LOSS_OPTION_KEYS, NUMERIC_KEYS, STATIC_KEYS
-    _KEYWORD, _EXAMPLE = "options", "options=credax.presets.VERL_LOSS"
+    _EXAMPLE = "credax.presets.VERL_LOSS"
     _check = staticmethod(lambda values: checked_fields(values))
 
     def __init__(
         self,
         *,
-        clip_low: float | Float[Array, ""] = 0.2,
-        clip_high: float | Float[Array, ""] = 0.2,
-        dual_clip: float | Float[Array, ""] | None = None,
-        ratio_cap: float | Float[Array, ""] | None = None,
-        normalizer: float | Float[Array, ""] | None = None,
-        kl_coef: float | Float[Array, ""] = 0.0,
-        kl_clamp: float | Float[Array, ""] | None = None,
-        rollout_is_threshold: float | Float[Array, ""] = 2.0,
-        entropy_coef: float | Float[Array, ""] = 0.0,
-        log_ratio_clamp: float | tuple[float, float] | Float[Array, ""] = LOG_RATIO_CLAMP,
-        agg: str = "token-mean",
-        kl_estimator: str = "k3",
-        ratio: str = "token",
-        rollout_is: str = "token",
+        clip_low: Annotated[Scalar, CLIP_LOW] = 0.2,
+        clip_high: Positive = 0.2,
+        dual_clip: Annotated[Scalar, DUAL_CLIP] | None = None,
+        ratio_cap: Annotated[Scalar, RATIO_CAP] | None = None,
+        normalizer: Normalizer | None = None,
+        kl_coef: NonNegative = 0.0,
+        kl_clamp: Annotated[Scalar, KL_CLAMP] | None = None,
+        rollout_is_threshold: Positive = 2.0,
+        entropy_coef: Finite = 0.0,
+        log_ratio_clamp: Scalar | tuple[float, float] = LOG_RATIO_CLAMP,  # _check_clamp's rule
+        agg: AggMode = "token-mean",
+        kl_estimator: KlEstimator = "k3",
+        ratio: Level = "token",
+        rollout_is: Level = "token",
         kl_ratio_weight: bool = False,
-        surrogate: str = "clip",
-        cispo_max: float | Float[Array, ""] | None = None,
-        sapo_tau_pos: float | Float[Array, ""] | None = None,
-        sapo_tau_neg: float | Float[Array, ""] | None = None,
-        vespo_k_pos: float | Float[Array, ""] | None = None,
-        vespo_lambda_pos: float | Float[Array, ""] | None = None,
-        vespo_k_neg: float | Float[Array, ""] | None = None,
-        vespo_lambda_neg: float | Float[Array, ""] | None = None,
+        surrogate: Surrogate = "clip",
+        # A surrogate's own fields: None unless it is chosen (then None takes SURROGATE_FIELDS').
+        cispo_max: Annotated[Scalar, CISPO_MAX] | None = None,
+        sapo_tau_pos: Positive | None = None,
+        sapo_tau_neg: Positive | None = None,
+        vespo_k_pos: NonNegative | None = None,
+        vespo_lambda_pos: Positive | None = None,
+        vespo_k_neg: NonNegative | None = None,
+        vespo_lambda_neg: Positive | None = None,
     ):
         values = dict(locals())  # the fields, as given (one spelling: the signature)
         del values["self"]
         self._fill(checked_fields(values), checked=True)
 
+    __slots__ = (*__init__.__annotations__, "_checked")  # the fields: the keywords above
+
 
 DEFAULT = LossOptions()
+# The fields, as the signature orders them: numeric (pytree leaves, may be traced), static (aux).
+LOSS_OPTION_KEYS = LossOptions._FIELDS
+NUMERIC_KEYS = LossOptions._LEAVES
+STATIC_KEYS = LossOptions._STATIC
+# The TypeError of a removed loose keyword (`clip_low=...` on policy_loss) says where it went.
+MOVED_TO_LOSS_OPTIONS = {
+    key: (f"Policy-loss options are one value: `options=credax.LossOptions({key}=...)` (or a "
+          "preset such as credax.presets.VERL_LOSS, `preset.replace(...)` to change a field).")
+    for key in LOSS_OPTION_KEYS
+}
 
 
 def as_loss_options(value, name: str = "options") -> LossOptions:

@@ -9,27 +9,23 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import Literal, get_args
 
 import numpy as np
-from jaxtyping import Array, Float
 
 from . import _checks
+from ._checks import NonNegative
 from ._loss_options import OptionsValue, check_fields
 
-SINGLETON_MODES = ("zero", "raw")
-EPS_MODES = ("add", "sqrt")
-SCALE_MODES = ("group", "batch", "none")
-# The fields of Normalization (an estimator takes them only inside one `normalization=` value).
-NORMALIZE_KEYS = ("center", "scale", "ddof", "eps", "eps_mode", "singleton", "leave_one_out")
+# The static choices: each field's annotation is its Literal, the tuple constant its modes.
+Singleton = Literal["zero", "raw"]
+SINGLETON_MODES = get_args(Singleton)
+EpsMode = Literal["add", "sqrt"]
+EPS_MODES = get_args(EpsMode)
+ScaleMode = Literal["group", "batch", "none"]
+SCALE_MODES = get_args(ScaleMode)
 _DDOF_MAX = int(_checks.I32.max)
-_CHOICES = {"scale": SCALE_MODES, "eps_mode": EPS_MODES, "singleton": (*SINGLETON_MODES, "center")}
 _DEPRECATED_SCALE = {True: "group", False: "none"}
-# The TypeError of a removed loose keyword (`scale=...` on an estimator) says where it went.
-MOVED_TO_NORMALIZATION = {
-    key: (f"Normalisation options are one value: `normalization=credax.Normalization({key}=...)` "
-          "(or a preset such as credax.presets.VERL), on the estimators that normalise.")
-    for key in NORMALIZE_KEYS
-}
 
 
 def _warn_deprecated(message: str) -> None:
@@ -99,36 +95,30 @@ class Normalization(OptionsValue):
       'batch'
     """
 
-    # `_checked`: built by the constructor (or a copy), so its fields need no check on use;
-    # tree_unflatten builds unchecked values (see as_normalization).
-    __slots__ = (*NORMALIZE_KEYS, "_checked")
     # The keyword an options value belongs to: given for another argument (a preset passed
     # positionally lands on `mask`), the public entry's diagnosis names both.
     _credax_option = "normalization"
-
-    _FIELDS, _LEAVES = NORMALIZE_KEYS, ("eps",)
-    _STATIC = tuple(k for k in NORMALIZE_KEYS if k != "eps")
-    _KEYWORD, _EXAMPLE = "normalization", "normalization=credax.presets.VERL"
+    _EXAMPLE = "credax.presets.VERL"
     _check = staticmethod(lambda values: _checked_fields(values))  # read at each call (tests count it)
 
     def __init__(
         self,
         *,
         center: bool = True,
-        scale: str = "group",
-        ddof: int = 1,
-        eps: float | Float[Array, ""] = 1e-6,
-        eps_mode: str = "add",
-        singleton: str = "zero",
+        scale: ScaleMode = "group",  # the deprecated True / False become a mode before the check
+        ddof: int = 1,  # static: its rule (an int, 0 to int32's max) is _checked_fields'
+        eps: NonNegative = 1e-6,
+        eps_mode: EpsMode = "add",
+        singleton: Literal[Singleton, "center"] = "zero",  # "center": deprecated
         leave_one_out: bool = False,
     ):
+        values = dict(locals())  # the fields, as given (one spelling: the signature)
+        del values["self"]
         if isinstance(scale, bool | np.bool_):
-            replacement = _DEPRECATED_SCALE[bool(scale)]
-            _warn_deprecated(f"`scale={bool(scale)}` is deprecated; use `scale={replacement!r}` "
+            values["scale"] = _DEPRECATED_SCALE[bool(scale)]
+            _warn_deprecated(f"`scale={bool(scale)}` is deprecated; use `scale={values['scale']!r}` "
                              "(the same normalisation).")
-            scale = replacement
-        values = _checked_fields(dict(center=center, scale=scale, ddof=ddof, eps=eps, eps_mode=eps_mode,
-                                      singleton=singleton, leave_one_out=leave_one_out))
+        values = _checked_fields(values)
         if singleton == "center":
             _warn_deprecated("`singleton='center'` is deprecated; use `singleton='zero'` (the same "
                              "result for ddof <= 1: a set of one centred is 0).")
@@ -140,9 +130,24 @@ class Normalization(OptionsValue):
             )
         self._fill(values, checked=True)
 
+    # The fields: the keywords above. `_checked`: built by the constructor (or a copy), so its
+    # fields need no check on use; tree_unflatten builds unchecked values (see as_normalization).
+    __slots__ = (*__init__.__annotations__, "_checked")
+
+
+# The fields of Normalization (an estimator takes them only inside one `normalization=` value).
+NORMALIZE_KEYS = Normalization._FIELDS
+# The TypeError of a removed loose keyword (`scale=...` on an estimator) says where it went.
+MOVED_TO_NORMALIZATION = {
+    key: (f"Normalisation options are one value: `normalization=credax.Normalization({key}=...)` "
+          "(or a preset such as credax.presets.VERL), on the estimators that normalise.")
+    for key in NORMALIZE_KEYS
+}
+
 
 def _checked_fields(values: dict) -> dict:
-    """The fields of a Normalization checked: the one place its rules are written. Every way to
+    """The fields of a Normalization checked: the rules its constructor's annotations declare
+    (:func:`check_fields`) and ``ddof``'s (a static int within int32). Every way to
     get a Normalization goes through it: the constructor (``replace`` too), copies and pickles
     when they are built, an unflattened value (``tree_map``, a transformation's output) when
     :func:`as_normalization` meets it at a call. No warnings here: deprecated spellings are
@@ -151,8 +156,7 @@ def _checked_fields(values: dict) -> dict:
     ``eps`` is a non-negative finite real scalar when concrete; a traced ``eps`` only needs a real
     dtype (its value is checked by no one: the normalisation's NaN guard covers it).
     """
-    out = check_fields(values, choices=_CHOICES, bools=("center", "leave_one_out"),
-                       rules={"eps": _checks.NON_NEGATIVE})
+    out = check_fields(values, Normalization._FIELD_RULES)
     out["ddof"] = _checks.check_static_int(values["ddof"], "ddof", minimum=0)
     if out["ddof"] > _DDOF_MAX:  # counts are int32: a larger ddof overflows inside the trace
         raise ValueError(f"`ddof` must be <= {_DDOF_MAX} (counts are int32; any ddof >= the "
