@@ -240,13 +240,13 @@ def groups(
         raise ValueError('`group_size` is only used with layout="contiguous"; got layout="any".')
     group_ids = _api.replicate_explicit(group_ids)
     host = _api.concrete_numpy(group_ids)
+    ids = _checks.as_array(group_ids, "group_ids") if host is None else host
+    _checks.check_int(ids, "group_ids")
+    _checks.check_ndim(ids, "group_ids", 1, "[B]")
+    if num_groups is not None:
+        num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
     if host is not None:
-        if host.dtype == object or not np.issubdtype(host.dtype, np.integer):
-            raise TypeError(f"`group_ids` must be an integer array; got dtype {host.dtype}.")
-        if host.ndim != 1:
-            raise ValueError(f"`group_ids` must be 1-D, shape [B]; got shape {host.shape}.")
         if num_groups is not None:
-            num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
             if host.size and (host.min() < 0 or host.max() >= num_groups):
                 raise ValueError(
                     f"`group_ids` must lie in [0, num_groups={num_groups}) when `num_groups` is "
@@ -261,13 +261,10 @@ def groups(
             # JAX would silently wrap these to int32 and could merge two groups: densify exactly.
             _, inverse = np.unique(host, return_inverse=True)
             return Groups(jnp.asarray(inverse.reshape(-1), dtype=jnp.int32), host.shape[0])
-        ids = host  # handed to the compiled hashing as it is: jit moves it (no Python-side copy)
-    else:
-        ids = _checks.as_int_array(group_ids, "group_ids")
-        _checks.check_ndim(ids, "group_ids", 1, "[B]")
-        if num_groups is not None:
-            num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
-            return Groups(ids.astype(jnp.int32), num_groups)
+        # Otherwise `ids` (the host array) is handed to the compiled hashing as it is: jit moves
+        # it (no Python-side copy).
+    elif num_groups is not None:
+        return Groups(ids.astype(jnp.int32), num_groups)
     return Groups(_representatives_jit((ids,)), ids.shape[0])
 
 
