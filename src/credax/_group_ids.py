@@ -227,12 +227,7 @@ def groups(
     if isinstance(group_ids, Groups):
         return _check_groups(group_ids)
     _checks.reject_torch(group_ids, "group_ids", "groups")
-    if isinstance(group_ids, tuple):
-        # To JAX a tuple is a pytree of separate arguments, not an array: refuse it by name
-        # rather than guess (a tuple of key arrays is what groups_from_keys takes).
-        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
-                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
-                        "`np.asarray(ids)`.")
+    check_not_tuple(group_ids)
     _checks.check_option(layout, "layout", LAYOUTS)
     if layout == "contiguous":
         return _contiguous_groups(group_ids, group_size, num_groups)
@@ -272,6 +267,15 @@ def groups(
 # The compiled program behind groups(ids) for arbitrary ids, as a public entry keeps its `jitted`:
 # what credax.bench's sweep measures the compilation of (no reach into this private module).
 groups.jitted = _representatives_jit
+
+
+def check_not_tuple(group_ids) -> None:
+    """To JAX a tuple is a pytree of separate arguments, not an array: refused by name rather than
+    guessed (a tuple of key arrays is what ``groups_from_keys`` takes)."""
+    if isinstance(group_ids, tuple):
+        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
+                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
+                        "`np.asarray(ids)`.")
 
 
 def host_ids(group_ids):

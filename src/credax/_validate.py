@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _checks
-from ._group_ids import Groups
+from ._group_ids import Groups, check_not_tuple
 from ._roles import NUM_ROLES, UNLABELED, check_roles
 from ._rollouts import PaddedRollouts, RolloutBatch
 from ._tcpo import check_alternatives_shape
@@ -46,11 +46,7 @@ def check_group_ids(group_ids, batch: int) -> None:
             raise ValueError(f"`group_ids` (a Groups) must have index shape [B] = ({batch},); "
                              f"got {index.shape}.")
         return
-    if isinstance(group_ids, tuple):
-        # As the estimators do (credax.groups): to JAX a tuple is a pytree, not an array.
-        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
-                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
-                        "`np.asarray(ids)`.")
+    check_not_tuple(group_ids)  # as the estimators do (credax.groups)
     ids = _checks.host_array(group_ids, "group_ids")
     _checks.check_int(ids, "group_ids")
     _checks.check_shape(ids, "group_ids", (batch,), "[B]")
