@@ -387,6 +387,10 @@ def _p():
     assert np.isfinite(np.asarray(out.advantages)[1]).all()
     raises(ValueError, r"reward_range.*leaf_rewards\[0, 1\] = 1.0", credax.validate_tree, R4,
            CLEAN, np.ones((2, 4), bool), reward_range=(0.0, 0.5))
+    # A NaN bound would switch the range check off (every comparison with NaN is false): refused,
+    # as validate_rewards refuses it (one rule, _checks.checked_range).
+    raises(ValueError, "`reward_range` must be \\(lo, hi\\)", credax.validate_tree, R4, CLEAN,
+           np.ones((2, 4), bool), reward_range=(0.0, np.nan))
 
 
 @probe("named", "arguments")

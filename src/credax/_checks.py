@@ -516,3 +516,55 @@ def row_mask_array(row_mask, batch: int, like: str) -> np.ndarray | None:
     r = host_array(row_mask, "row_mask")
     check_mask(r, "row_mask", (batch,), like=like)
     return r
+
+
+def host_real(x, name: str) -> np.ndarray:
+    """``x`` as a host array of a real dtype, after the range rule (finite in float64 but inf in
+    float32 is refused, as the compiled functions' entry does)."""
+    check_host_range(x, name)
+    a = host_array(x, name)
+    check_real(a, name)
+    return a
+
+
+def host_mask(mask, name: str, shape: Sequence[int], like: str) -> np.ndarray:
+    """``mask`` as a checked ``bool`` host array of ``shape``; ``None`` means all true."""
+    if mask is None:
+        return np.ones(tuple(shape), bool)
+    m = host_array(mask, name)
+    check_mask(m, name, shape, like=like)
+    return m
+
+
+def checked_range(value_range, name: str) -> tuple[float, float] | None:
+    """``value_range`` as ``(lo, hi)`` with real, non-NaN bounds and ``lo <= hi``, or ``None``."""
+    if value_range is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a pair (lo, hi) of numbers or None; got "
+                        f"{value_range!r}.") from None
+    if np.isnan(lo) or np.isnan(hi) or lo > hi:
+        raise ValueError(f"`{name}` must be (lo, hi) with lo <= hi and no NaN (NaN would switch "
+                         f"the check off); got {value_range!r}.")
+    return lo, hi
+
+
+def check_finite_within(v: np.ndarray, where: np.ndarray, name: str, bounds, range_name: str,
+                        entries: str) -> None:
+    """The values of ``v`` at ``where`` (``entries`` names them) are finite and inside ``bounds``
+    (a :func:`checked_range`, the argument ``range_name``; ``None``: no range)."""
+    vf = v.astype(np.float64)
+    bad = where & ~np.isfinite(vf)
+    if bad.any():
+        pos = first_index(bad)
+        raise ValueError(f"`{name}` must be finite at {entries}; {name}[{', '.join(map(str, pos))}] "
+                         f"= {v[pos]}.")
+    if bounds is not None:
+        lo, hi = bounds
+        out = where & ((vf < lo) | (vf > hi))
+        if out.any():
+            pos = first_index(out)
+            raise ValueError(f"`{name}` must lie in [{lo}, {hi}] at {entries} (`{range_name}`); "
+                             f"{name}[{', '.join(map(str, pos))}] = {v[pos]}.")

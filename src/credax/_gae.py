@@ -90,8 +90,7 @@ def _row_scalar(value, dtype, batch: int, name: str) -> jax.Array:
         return jnp.broadcast_to(_checks.scalar(value, dtype, name), (batch,))
     if value.shape != (batch,):
         raise ValueError(f"`{name}` must be a scalar or have shape [B] = ({batch},); got {value.shape}.")
-    if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
-        raise TypeError(f"`{name}` must be real; got dtype {value.dtype}.")
+    _checks.check_real(value, name, bool_ok=False)
     return value.astype(dtype)
 
 
@@ -346,9 +345,8 @@ def vapo_lambda(
       Yue et al. 2025, VAPO (arXiv 2504.05118), length-adaptive GAE; AReaL
       ``lambda_fn.vapo_length_adaptive_gae`` (same clamp at 0 and ``L = 0`` rule).
     """
-    mask = jnp.asarray(mask)
-    if mask.dtype != jnp.bool_:
-        raise TypeError(f"`mask` must be a boolean array; got dtype {mask.dtype}.")
+    mask = _checks.as_array(mask, "mask")
+    _checks.check_mask(mask, "mask")
     _checks.check_ndim(mask, "mask", 2, "[B, N]")
     length = jnp.sum(mask, axis=-1, dtype=jnp.float32)
     alpha = _checks.scalar(alpha, jnp.float32, "alpha")

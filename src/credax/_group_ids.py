@@ -227,12 +227,7 @@ def groups(
     if isinstance(group_ids, Groups):
         return _check_groups(group_ids)
     _checks.reject_torch(group_ids, "group_ids", "groups")
-    if isinstance(group_ids, tuple):
-        # To JAX a tuple is a pytree of separate arguments, not an array: refuse it by name
-        # rather than guess (a tuple of key arrays is what groups_from_keys takes).
-        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
-                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
-                        "`np.asarray(ids)`.")
+    check_not_tuple(group_ids)
     _checks.check_option(layout, "layout", LAYOUTS)
     if layout == "contiguous":
         return _contiguous_groups(group_ids, group_size, num_groups)
@@ -240,13 +235,13 @@ def groups(
         raise ValueError('`group_size` is only used with layout="contiguous"; got layout="any".')
     group_ids = _api.replicate_explicit(group_ids)
     host = _api.concrete_numpy(group_ids)
+    ids = _checks.as_array(group_ids, "group_ids") if host is None else host
+    _checks.check_int(ids, "group_ids")
+    _checks.check_ndim(ids, "group_ids", 1, "[B]")
+    if num_groups is not None:
+        num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
     if host is not None:
-        if host.dtype == object or not np.issubdtype(host.dtype, np.integer):
-            raise TypeError(f"`group_ids` must be an integer array; got dtype {host.dtype}.")
-        if host.ndim != 1:
-            raise ValueError(f"`group_ids` must be 1-D, shape [B]; got shape {host.shape}.")
         if num_groups is not None:
-            num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
             if host.size and (host.min() < 0 or host.max() >= num_groups):
                 raise ValueError(
                     f"`group_ids` must lie in [0, num_groups={num_groups}) when `num_groups` is "
@@ -261,13 +256,10 @@ def groups(
             # JAX would silently wrap these to int32 and could merge two groups: densify exactly.
             _, inverse = np.unique(host, return_inverse=True)
             return Groups(jnp.asarray(inverse.reshape(-1), dtype=jnp.int32), host.shape[0])
-        ids = host  # handed to the compiled hashing as it is: jit moves it (no Python-side copy)
-    else:
-        ids = _checks.as_int_array(group_ids, "group_ids")
-        _checks.check_ndim(ids, "group_ids", 1, "[B]")
-        if num_groups is not None:
-            num_groups = _checks.check_static_int(num_groups, "num_groups", minimum=1)
-            return Groups(ids.astype(jnp.int32), num_groups)
+        # Otherwise `ids` (the host array) is handed to the compiled hashing as it is: jit moves
+        # it (no Python-side copy).
+    elif num_groups is not None:
+        return Groups(ids.astype(jnp.int32), num_groups)
     return Groups(_representatives_jit((ids,)), ids.shape[0])
 
 
@@ -275,6 +267,15 @@ def groups(
 # The compiled program behind groups(ids) for arbitrary ids, as a public entry keeps its `jitted`:
 # what credax.bench's sweep measures the compilation of (no reach into this private module).
 groups.jitted = _representatives_jit
+
+
+def check_not_tuple(group_ids) -> None:
+    """To JAX a tuple is a pytree of separate arguments, not an array: refused by name rather than
+    guessed (a tuple of key arrays is what ``groups_from_keys`` takes)."""
+    if isinstance(group_ids, tuple):
+        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
+                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
+                        "`np.asarray(ids)`.")
 
 
 def host_ids(group_ids):

@@ -223,6 +223,15 @@ def _inverse_temperature(temperature, dtype) -> jax.Array | None:
     return None if temperature is None else 1 / _checks.scalar(temperature, dtype, "temperature")
 
 
+def _check_logits(logits) -> jax.Array:
+    """``logits`` as a real ``[B, T, V]`` array with a vocabulary axis ``V >= 1``."""
+    logits = _checks.as_float_array(logits, "logits")
+    _checks.check_ndim(logits, "logits", 3, "[B, T, V]")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"`logits` must have a vocabulary axis V >= 1; got shape {logits.shape}.")
+    return logits
+
+
 def _check_tokens(tokens, shape, name: str = "tokens") -> jax.Array:
     tokens = _checks.as_index_array(tokens, name)
     _checks.check_shape(tokens, name, shape, "[B, T]")
@@ -293,10 +302,7 @@ def token_logprobs(
       The fused log-sum-exp form is what peers use to avoid a full log-softmax (verl
       ``logprobs_from_logits``, TRL ``selective_log_softmax``); maxtext PR#5231 for float32 logits.
     """
-    logits = _checks.as_float_array(logits, "logits")
-    _checks.check_ndim(logits, "logits", 3, "[B, T, V]")
-    if logits.shape[-1] == 0:
-        raise ValueError(f"`logits` must have a vocabulary axis V >= 1; got shape {logits.shape}.")
+    logits = _check_logits(logits)
     shape = logits.shape[:2]
     tokens = _check_tokens(tokens, shape)
     if mask is not None:
@@ -384,10 +390,7 @@ def token_entropy(
       verl ``entropy_from_logits`` (``logsumexp - Σ softmax · logits``); used as verl's
       ``entropy_coeff`` bonus and logged as ``actor/entropy``.
     """
-    logits = _checks.as_float_array(logits, "logits")
-    _checks.check_ndim(logits, "logits", 3, "[B, T, V]")
-    if logits.shape[-1] == 0:
-        raise ValueError(f"`logits` must have a vocabulary axis V >= 1; got shape {logits.shape}.")
+    logits = _check_logits(logits)
     dtype = _numeric.compute_dtype(logits.dtype)
     if mask is not None:
         mask = _checks.as_mask(mask, "mask", logits.shape[:2])

@@ -13,12 +13,12 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from . import _checks, _numeric
+from . import _checks
 from ._checks import Unit
 from ._group_ids import Groups, groups_from_keys
 from ._group_stats import check_x_and_groups, group_stats
 from ._grouping import jit_grouped
-from ._turns import masked_discounted_returns, next_valid
+from ._turns import masked_discounted_returns, next_valid, prepare_anchored_steps
 
 
 class PGPO(NamedTuple):
@@ -95,14 +95,9 @@ def pgpo_advantages(
       ``A(s_t, a_t) = Φ(s_{t+1}) - Φ(s_t)``; no public code (field notes 2026-12-03 §1). GiGPO
       (arXiv 2505.10978) for the anchor groups.
     """
-    s = _checks.as_float_array(step_rewards, "step_rewards")
-    _checks.check_ndim(s, "step_rewards", 2, "[B, K]")
-    turn_mask = _checks.as_mask(turn_mask, "turn_mask", s.shape)
-    anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
-    _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
+    _, s, anchors, turn_mask, out_dtype, dt = prepare_anchored_steps(None, step_rewards, anchor_ids,
+                                                                     turn_mask)
     check_x_and_groups(s, group_ids, "step_rewards")
-    out_dtype = _numeric.output_dtype(s.dtype)
-    dt = _numeric.compute_dtype(out_dtype)
     zero = jnp.zeros((), dt)
     batch, num_turns = s.shape
     n = batch * num_turns

@@ -318,20 +318,13 @@ def validate_tree(
       ValueError: `parent` must not form a cycle; row 0 has the cycle 0 -> 2 -> 1 -> 0.
     """
     _checks.check_option(values, "values", VALUES)
-    _checks.check_host_range(leaf_rewards, "leaf_rewards")
-    r = _checks.host_array(leaf_rewards, "leaf_rewards")
-    _checks.check_real(r, "leaf_rewards")
-    if r.ndim != 2:
-        raise ValueError(f"`leaf_rewards` must be [P, N] (one row of nodes per prompt); got shape "
-                         f"{r.shape}.")
+    r = _checks.host_real(leaf_rewards, "leaf_rewards")
+    _checks.check_ndim(r, "leaf_rewards", 2, "[P, N] (one row of nodes per prompt)")
+    bounds = _checks.checked_range(reward_range, "reward_range")
     par = _checks.host_array(parent, "parent")
     _checks.check_int(par, "parent")
     _checks.check_shape(par, "parent", r.shape, "[P, N]")
-    if node_mask is None:
-        valid = np.ones(r.shape, bool)
-    else:
-        valid = _checks.host_array(node_mask, "node_mask")
-        _checks.check_mask(valid, "node_mask", r.shape, like="leaf_rewards")
+    valid = _checks.host_mask(node_mask, "node_mask", r.shape, like="leaf_rewards")
     rows, nodes = r.shape
     par = par.astype(np.int64)
     out = valid & ((par < -1) | (par >= nodes))
@@ -365,18 +358,7 @@ def validate_tree(
     leaf = valid & (children == 0)
     read = leaf if values == "leaf_mean" else valid
     what = "leaves" if values == "leaf_mean" else "valid nodes"
-    bad = read & ~np.isfinite(r)
-    if bad.any():
-        p, n = _checks.first_index(bad)
-        raise ValueError(f"`leaf_rewards` must be finite at {what}; leaf_rewards[{p}, {n}] = "
-                         f"{r[p, n]}.")
-    if reward_range is not None:
-        lo, hi = (float(v) for v in reward_range)
-        off = read & ((r < lo) | (r > hi))
-        if off.any():
-            p, n = _checks.first_index(off)
-            raise ValueError(f"`leaf_rewards` must lie in `reward_range` [{lo}, {hi}] at {what}; "
-                             f"leaf_rewards[{p}, {n}] = {r[p, n]}.")
+    _checks.check_finite_within(r, read, "leaf_rewards", bounds, "reward_range", what)
     if values == "leaf_mean":
         inner = valid & ~leaf & ~np.isnan(r) & (r != 0)
         if inner.any():

@@ -541,17 +541,20 @@ def masked_discounted_sum(x: jax.Array, mask: jax.Array, discount: jax.Array) ->
 
 
 def prepare_anchored_steps(outcome_rewards, step_rewards, anchor_ids, turn_mask):
-    """Shared argument handling of the anchor-state estimators (GiGPO, HGPO).
+    """Shared argument handling of the anchor-state estimators (GiGPO, HGPO; PGPO, which reads no
+    outcome, passes ``outcome_rewards=None``).
 
-    Returns ``(outcome [B], steps [B, K], anchors [B, K], turn_mask, out_dtype, compute_dtype)``;
-    the float arrays are not yet cast.
+    Returns ``(outcome [B] or None, steps [B, K], anchors [B, K], turn_mask, out_dtype,
+    compute_dtype)``; the float arrays are not yet cast.
     """
     s = _checks.as_float_array(step_rewards, "step_rewards")
     _checks.check_ndim(s, "step_rewards", 2, "[B, K]")
     turn_mask = _checks.as_mask(turn_mask, "turn_mask", s.shape)
     anchors = _checks.as_int_array(anchor_ids, "anchor_ids")
     _checks.check_shape(anchors, "anchor_ids", s.shape, "[B, K]")
-    r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
-    _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
-    out_dtype = _numeric.output_dtype(jnp.promote_types(r.dtype, s.dtype))
+    r = None
+    if outcome_rewards is not None:
+        r = _checks.as_float_array(outcome_rewards, "outcome_rewards")
+        _checks.check_shape(r, "outcome_rewards", s.shape[:1], "[B]")
+    out_dtype = _numeric.output_dtype(s.dtype if r is None else jnp.promote_types(r.dtype, s.dtype))
     return r, s, anchors, turn_mask, out_dtype, _numeric.compute_dtype(out_dtype)

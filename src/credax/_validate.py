@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _checks
-from ._checks import check_mask, check_prefix_mask, first_index, host_array, row_mask_array
-from ._group_ids import Groups
+from ._group_ids import Groups, check_not_tuple
 from ._roles import NUM_ROLES, UNLABELED, check_roles
 from ._rollouts import PaddedRollouts, RolloutBatch
 from ._tcpo import check_alternatives_shape
@@ -28,27 +27,27 @@ def padded_batch(x):
     return x if isinstance(x, RolloutBatch) else None
 
 
-def _no_arrays_with_batch(fn: str, first: str, **given) -> None:
+def _given_batch(fn: str, first: str, value, **given):
+    """The batch ``value`` (the argument ``first`` of ``fn``) is, else None; with a batch, the
+    arrays in ``given`` must be left out (it holds them)."""
     extra = [k for k, v in given.items() if v is not None]
-    if extra:
+    batch = padded_batch(value)
+    if batch is not None and extra:
         raise TypeError(f"`{fn}`: `{first}` is a PaddedRollouts / RolloutBatch, which already holds "
                         f"`{extra[0]}`; pass either the batch alone or the arrays.")
+    return batch
 
 
 def check_group_ids(group_ids, batch: int) -> None:
     if isinstance(group_ids, Groups):
         # Already dense segment indices: every `group_ids` argument accepts a Groups.
-        index = host_array(group_ids.index, "group_ids.index")
+        index = _checks.host_array(group_ids.index, "group_ids.index")
         if index.shape != (batch,):
             raise ValueError(f"`group_ids` (a Groups) must have index shape [B] = ({batch},); "
                              f"got {index.shape}.")
         return
-    if isinstance(group_ids, tuple):
-        # As the estimators do (credax.groups): to JAX a tuple is a pytree, not an array.
-        raise TypeError("`group_ids` must be an integer array (NumPy, JAX, or a list of ints) or "
-                        f"a credax.Groups; got a tuple of {len(group_ids)} elements. Pass "
-                        "`np.asarray(ids)`.")
-    ids = host_array(group_ids, "group_ids")
+    check_not_tuple(group_ids)  # as the estimators do (credax.groups)
+    ids = _checks.host_array(group_ids, "group_ids")
     _checks.check_int(ids, "group_ids")
     _checks.check_shape(ids, "group_ids", (batch,), "[B]")
     if ids.size and (ids.min() < _checks.I32.min or ids.max() > _checks.I32.max):
@@ -107,81 +106,39 @@ def validate_turns(
       >>> b = padded.batch
       >>> credax.validate_turns(b.scores, b.turn_mask, b.groups, row_mask=b.row_mask)
     """
-    batch = padded_batch(scores)
+    batch = _given_batch("validate_turns", "scores", scores, turn_mask=turn_mask,
+                         group_ids=group_ids, row_mask=row_mask, token_turn=token_turn)
     if batch is not None:
-        _no_arrays_with_batch("validate_turns", "scores", turn_mask=turn_mask, group_ids=group_ids,
-                              row_mask=row_mask, token_turn=token_turn)
         scores, turn_mask, group_ids = batch.scores, batch.turn_mask, batch.groups
         row_mask, token_turn = batch.row_mask, batch.token_turn
     elif turn_mask is None or group_ids is None:
         missing = "turn_mask" if turn_mask is None else "group_ids"
         raise TypeError(f"`validate_turns` needs `{missing}` (or pass the PaddedRollouts of "
                         "`credax.pad_rollouts` as the only argument).")
-    s = host_array(scores, "scores")
+    s = _checks.host_array(scores, "scores")
     _checks.check_real(s, "scores", bool_ok=False)
     _checks.check_ndim(s, "scores", 2, "[B, K]")
-    m = host_array(turn_mask, "turn_mask")
-    check_mask(m, "turn_mask", s.shape, like="scores")
+    m = _checks.host_mask(turn_mask, "turn_mask", s.shape, like="scores")
     check_group_ids(group_ids, s.shape[0])
-    real = row_mask_array(row_mask, s.shape[0], like="scores' rows")
-    _check_values(s, m, "scores", _check_range(score_range, "score_range"), "score_range",
-                  "valid turns")
-    check_prefix_mask(m, row_mask=real)
+    real = _checks.row_mask_array(row_mask, s.shape[0], like="scores' rows")
+    bounds = _checks.checked_range(score_range, "score_range")
+    _checks.check_finite_within(s, m, "scores", bounds, "score_range", "valid turns")
+    _checks.check_prefix_mask(m, row_mask=real)
     if token_turn is not None:
-        tt = host_array(token_turn, "token_turn")
+        tt = _checks.host_array(token_turn, "token_turn")
         check_token_turn_shape(tt, s.shape[0])
         num_turns = s.shape[1]
         bad = (tt < -1) | (tt >= num_turns)
         if bad.any():
-            b, t = first_index(bad)
+            b, t = _checks.first_index(bad)
             raise ValueError(f"`token_turn` values must lie in [-1, K={num_turns}); "
                              f"token_turn[{b}, {t}] = {tt[b, t]}.")
         rows = np.broadcast_to(np.arange(s.shape[0])[:, None], tt.shape)
         points_at_pad = (tt >= 0) & ~m[rows, np.clip(tt, 0, num_turns - 1)]
         if points_at_pad.any():
-            b, t = first_index(points_at_pad)
+            b, t = _checks.first_index(points_at_pad)
             raise ValueError(f"`token_turn` must point at valid turns; token_turn[{b}, {t}] = "
                              f"{tt[b, t]} is a padded turn of row {b}.")
-
-
-def _check_range(value_range, name: str) -> tuple[float, float] | None:
-    """``value_range`` as ``(lo, hi)`` with real, non-NaN bounds and ``lo <= hi``, or ``None``."""
-    if value_range is None:
-        return None
-    try:
-        lo, hi = (float(v) for v in value_range)
-    except (TypeError, ValueError):
-        raise TypeError(f"`{name}` must be a pair (lo, hi) of numbers or None; got "
-                        f"{value_range!r}.") from None
-    if np.isnan(lo) or np.isnan(hi) or lo > hi:
-        raise ValueError(f"`{name}` must be (lo, hi) with lo <= hi and no NaN (NaN would switch "
-                         f"the check off); got {value_range!r}.")
-    return lo, hi
-
-
-def _check_values(v: np.ndarray, where: np.ndarray, name: str, value_range, range_name: str,
-                  entries: str) -> None:
-    """Values of ``v`` at ``where`` are finite and inside ``value_range``."""
-    vf = v.astype(np.float64)
-    bad = where & ~np.isfinite(vf)
-    if bad.any():
-        pos = first_index(bad)
-        raise ValueError(f"`{name}` must be finite at {entries}; {name}[{', '.join(map(str, pos))}] "
-                         f"= {v[pos]}.")
-    if value_range is not None:
-        lo, hi = value_range
-        out = where & ((vf < lo) | (vf > hi))
-        if out.any():
-            pos = first_index(out)
-            raise ValueError(f"`{name}` must lie in [{lo}, {hi}] at {entries} (`{range_name}`); "
-                             f"{name}[{', '.join(map(str, pos))}] = {v[pos]}.")
-
-
-def _real_array(x, name: str) -> np.ndarray:
-    _checks.check_host_range(x, name)  # finite in float64 but inf in float32: as the estimators do
-    a = host_array(x, name)
-    _checks.check_real(a, name)
-    return a
 
 
 def validate_rewards(
@@ -227,26 +184,21 @@ def validate_rewards(
       ...                              buckets=credax.Buckets())
       >>> credax.validate_rewards(padded)    # 3 real rows, 1 padding row
     """
-    batch = padded_batch(rewards)
+    batch = _given_batch("validate_rewards", "rewards", rewards, group_ids=group_ids, mask=mask)
     if batch is not None:
-        _no_arrays_with_batch("validate_rewards", "rewards", group_ids=group_ids, mask=mask)
         rewards, group_ids, mask = batch.outcome, batch.groups, batch.row_mask
     elif group_ids is None:
         raise TypeError("`validate_rewards` needs `group_ids` (or pass the PaddedRollouts of "
                         "`credax.pad_rollouts` as the only argument).")
-    r = _real_array(rewards, "rewards")
+    r = _checks.host_real(rewards, "rewards")
     if r.ndim not in (1, 2):
         raise ValueError(f"`rewards` must be [B] (one reward per trajectory) or [B, C] "
                          f"(components); got shape {r.shape}.")
-    value_range = _check_range(reward_range, "reward_range")
+    bounds = _checks.checked_range(reward_range, "reward_range")
     check_group_ids(group_ids, r.shape[0])
-    if mask is None:
-        m = np.ones(r.shape[:1], bool)
-    else:
-        m = host_array(mask, "mask")
-        check_mask(m, "mask", r.shape[:1], like="rewards' rows")
+    m = _checks.host_mask(mask, "mask", r.shape[:1], like="rewards' rows")
     where = m if r.ndim == 1 else np.broadcast_to(m[:, None], r.shape)
-    _check_values(r, where, "rewards", value_range, "reward_range", "valid rows")
+    _checks.check_finite_within(r, where, "rewards", bounds, "reward_range", "valid rows")
 
 
 def validate_alternatives(
@@ -285,28 +237,23 @@ def validate_alternatives(
       ...
       ValueError: `alt_scores` must be finite at valid alternatives; alt_scores[0, 1, 1] = inf.
     """
-    batch = padded_batch(scores)
+    batch = _given_batch("validate_alternatives", "scores", scores, row_mask=row_mask)
     turn_mask = None
     if batch is not None:
-        _no_arrays_with_batch("validate_alternatives", "scores", row_mask=row_mask)
         scores, row_mask = batch.scores, batch.row_mask
-        turn_mask = host_array(batch.turn_mask, "scores.turn_mask")
-    alt = _real_array(alt_scores, "alt_scores")
+        turn_mask = _checks.host_array(batch.turn_mask, "scores.turn_mask")
+    alt = _checks.host_real(alt_scores, "alt_scores")
     check_alternatives_shape(alt)
-    value_range = _check_range(score_range, "score_range")
+    bounds = _checks.checked_range(score_range, "score_range")
     if scores is not None:
-        check_alternatives_shape(alt, _real_array(scores, "scores").shape)
-    if alt_mask is None:
-        m = np.ones(alt.shape, bool)
-    else:
-        m = host_array(alt_mask, "alt_mask")
-        check_mask(m, "alt_mask", alt.shape, like="alt_scores")
-    real = row_mask_array(row_mask, alt.shape[0], like="alt_scores' rows")
+        check_alternatives_shape(alt, _checks.host_real(scores, "scores").shape)
+    m = _checks.host_mask(alt_mask, "alt_mask", alt.shape, like="alt_scores")
+    real = _checks.row_mask_array(row_mask, alt.shape[0], like="alt_scores' rows")
     if real is not None:
         m = m & real[:, None, None]
     if turn_mask is not None:
         m = m & turn_mask[:, :, None]
-    _check_values(alt, m, "alt_scores", value_range, "score_range", "valid alternatives")
+    _checks.check_finite_within(alt, m, "alt_scores", bounds, "score_range", "valid alternatives")
 
 
 def validate_roles(roles, turn_mask=None, *, row_mask=None) -> None:
@@ -343,21 +290,18 @@ def validate_roles(roles, turn_mask=None, *, row_mask=None) -> None:
       ...
       ValueError: `roles` must hold codes in [-1, 4) (Role values, ...) at valid turns; roles[0, 1] = 4.
     """
-    batch = padded_batch(roles)
+    batch = _given_batch("validate_roles", "roles", roles, turn_mask=turn_mask)
     if batch is not None:
-        _no_arrays_with_batch("validate_roles", "roles", turn_mask=turn_mask)
         roles, turn_mask = batch.roles, batch
-    batch = padded_batch(turn_mask)
+    batch = _given_batch("validate_roles", "turn_mask", turn_mask, row_mask=row_mask)
     if batch is not None:
-        _no_arrays_with_batch("validate_roles", "turn_mask", row_mask=row_mask)
         turn_mask, row_mask = batch.turn_mask, batch.row_mask
     if turn_mask is None:
         raise TypeError("`validate_roles` needs `turn_mask` (or pass the PaddedRollouts of "
                         "`credax.pad_rollouts`, alone or after `roles`).")
     r = _checks.host_array(roles, "roles")
     check_roles(r)
-    m = _checks.host_array(turn_mask, "turn_mask")
-    _checks.check_mask(m, "turn_mask", r.shape, like="roles")
+    m = _checks.host_mask(turn_mask, "turn_mask", r.shape, like="roles")
     bad = m & ((r < UNLABELED) | (r >= NUM_ROLES))
     if bad.any():
         b, k = _checks.first_index(bad)
