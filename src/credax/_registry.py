@@ -51,6 +51,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+# The entries read the public signatures when this module is imported: credax/__init__.py
+# never imports it (its readers import it after credax, or late, as credax._credit does).
 import credax
 
 from ._batch import TurnBatch
