@@ -72,8 +72,7 @@ def toy_credit(
 # Step 2: the re-export line.
 EXPORT = "from ._toy import toy_credit as toy_credit\n"
 # Step 3: the registry entry, in _ESTIMATORS.
-ENTRY = ('    _call("toy_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn", '
-         'group_local=True),\n')
+ENTRY = '    _call("toy_credit", "turn", group_local=True),\n'
 # Step 4: its tests (a hand-worked golden: 0.35 * 0.5 = 0.175, padding 0 whatever it holds).
 TEST = '''import numpy as np
 

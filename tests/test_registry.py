@@ -130,6 +130,35 @@ def test_an_entry_reads_only_the_optional_fields_it_declares(label):
             entry(batch._replace(**{field: None}))
 
 
+def test_an_entry_is_read_from_the_signature():
+    # grpo_advantages(rewards, group_ids, mask=None, *, normalization=None): the required
+    # parameters read the fields they name; the defaulted `mask` only where `reads` names it, the
+    # row mask for a per-row output, by position after them.
+    b = BATCH._replace(rows=np.array([True, True, True, True, True, False]))
+    args, kwargs = _registry._call("grpo_advantages", "row").args(b)
+    assert len(args) == 2 and args[0] is b.rewards and args[1] is b.group_ids and kwargs == {}
+    args, kwargs = _registry._call("grpo_advantages", "row", reads=("mask",)).args(b)
+    assert len(args) == 3 and args[2] is b.rows and kwargs == {}
+    # A constant goes by keyword (discount_weights(num_turns, gamma): gamma is positional), so
+    # does everything after it; `num_turns` is the batch's K.
+    args, kwargs = _registry._call("discount_weights", "other", gamma=0.9).args(b)
+    assert args == (4,) and kwargs == {"gamma": 0.9}
+    # Another reading of a parameter, and the optional fields an entry needs, from what it reads.
+    entry = _registry._call("gae_advantages", "other", rewards=_registry._field("scores"))
+    args, kwargs = entry.args(b)
+    assert args[0] is b.scores and args[1] is b.values and kwargs == {}
+    np.testing.assert_array_equal(args[2], b.token_turn >= 0)  # `mask` of tokens
+    assert entry.needs == ("values", "token_turn")
+    assert _registry._call("gigpo_advantages", "turn").needs == ("turn_rewards", "anchors")
+
+
+def test_an_entry_the_signature_cannot_say_stops_the_import():
+    with pytest.raises(TypeError, match=r"grpo_advantages has no parameter 'maks'"):
+        _registry._call("grpo_advantages", "row", reads=("maks",))
+    with pytest.raises(KeyError, match="prompt_lengths"):  # no batch field is a prompt length
+        _registry._call("token_turn_from_layout", "token")
+
+
 def test_the_registry_has_no_stand_ins():
     # A bridge's numbers never depend on a default the tests chose: GiGPO's step rewards are the
     # batch's turn_rewards, and the registry refuses a batch without them (the tests' table

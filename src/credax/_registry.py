@@ -30,13 +30,20 @@ Two tables, each ``{name: Call}``:
 second annotated form of a union, another option) are the tests' and the bench's only, so they
 live with the bench (``credax.bench.sweep.FORMS``).
 
-Adding an entry: one ``_call(name, arguments, level, ...)`` line in the right table, with the
-fields it reads in ``needs`` (beyond the six every batch has) and whether it is ``group_local`` —
-see docs/layout.md, "Adding an estimator".
+An entry's arguments are the function's own signature read through one table: each parameter
+name says which batch field it is (:data:`ARGUMENTS`: ``rewards`` the rewards, ``anchor_ids`` the
+anchors, ``mask`` the mask of the output's level, ...), and the fields an entry needs follow from
+what it reads. Adding an entry: one ``_call(name, level, group_local=...)`` line in the right
+table, with what the signature cannot say: a defaulted parameter the call passes too
+(``reads=("mask",)``), an argument read otherwise or a keyword option (``rewards=_field("logp")``,
+``gamma=0.9``) — see docs/layout.md, "Adding an estimator".
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +51,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+# The entries read the public signatures when this module is imported: credax/__init__.py
+# never imports it (its readers import it after credax, or late, as credax._credit does).
 import credax
 
 from ._batch import TurnBatch
@@ -53,7 +62,7 @@ from ._batch import TurnBatch
 LEVELS = ("row", "turn", "token", "other")
 # The batch fields every entry may read without declaring them (every TurnBatch has them).
 REQUIRED = ("scores", "turn_mask", "group_ids", "rewards", "roles", "token_turn")
-# The optional fields: an entry that reads one declares it in `needs`.
+# The optional fields: an entry that reads one needs it (`Call.needs`).
 OPTIONAL = ("anchors", "turn_rewards", "alt_scores", "alt_mask", "logp", "values", "logits",
             "tokens", "hidden", "unembedding")
 
@@ -114,17 +123,103 @@ def token_mask(b: TurnBatch):
     return b.token_turn >= 0
 
 
-def _call(name, arguments, level, **meta) -> Call:
-    return Call(name, arguments, level, **meta)
-
-
 def _args(*args, **kwargs) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _outcome_advantages(b, ns, **options):
-    """GRPO's outcome advantages (TRIAGE and the scalar process baseline add to them)."""
-    return ns.grpo_advantages(b.rewards, b.group_ids, b.row_mask, **options)
+def _old_logp(b):
+    return 0.9 * b.logp
+
+
+@dataclass(frozen=True)
+class _Read:
+    """An argument read from the batch: ``fn(batch)``, reading the TurnBatch ``fields``; with
+    ``nested``, ``fn(batch, ns, **nested)``, an inner call through the caller's namespace."""
+
+    fields: tuple[str, ...]
+    fn: Callable
+    nested: bool = False
+
+
+def _field(name: str) -> _Read:
+    """The read of TurnBatch field ``name``."""
+    return _Read((name,), operator.attrgetter(name))
+
+
+# How a call reads each parameter from the batch, by the parameter's name: the one place where a
+# public function's parameters meet the TurnBatch fields. A parameter named as a field reads it;
+# the others read the field they mean (the outcome, step rewards and reactions, anchor ids, token
+# log-probs and rewards, value heads) or, where a batch has no such field, its stand-in: the
+# scores for any other per-turn value, the rewards for per-row advantages, ``0.9 * logp`` for the
+# old policy's log-probs.
+ARGUMENTS: dict[str, _Read] = {
+    **{f: _field(f) for f in TurnBatch._fields},
+    "outcome_rewards": _field("rewards"), "advantages": _field("rewards"),
+    "step_rewards": _field("turn_rewards"), "reactions": _field("turn_rewards"),
+    "anchor_ids": _field("anchors"), "candidates": _field("turn_mask"),
+    "token_logprobs": _field("logp"), "token_rewards": _field("logp"),
+    "turn_values": _field("values"), "token_values": _field("values"),
+    **dict.fromkeys(("x", "credit", "residuals", "surprisal", "process_rewards"), _field("scores")),
+    "response_mask": _Read(("token_turn",), token_mask),
+    "old_logp": _Read(("logp",), _old_logp),
+    "num_turns": _Read(("turn_mask",), lambda b: b.turn_mask.shape[1]),
+}
+# ``mask`` is the mask of the output's level: the row mask of one value per row, the turn mask of
+# one per turn, the token mask otherwise (token arrays, losses and fits over tokens).
+_MASK = {"row": _Read(("rows", "turn_mask"), lambda b: b.row_mask), "turn": _field("turn_mask"),
+         "token": ARGUMENTS["response_mask"], "other": ARGUMENTS["response_mask"]}
+
+
+def _value(v, b, ns, nested):
+    if not isinstance(v, _Read):
+        return v
+    return v.fn(b, ns, **nested) if v.nested else v.fn(b)
+
+
+def _call(name: str, level: str, *, reads: tuple[str, ...] = (), output=_identity,
+          needs: tuple[str, ...] = (), group_local: bool | None = None, **given) -> Call:
+    """The entry of public function ``name``, its call read from its signature.
+
+    Every positional parameter without a default, and each one named in ``reads``, is read from
+    the batch by its name (:data:`ARGUMENTS`; ``mask`` by ``level``); ``given`` sets a parameter
+    otherwise: a :class:`_Read`, a function of the batch, or a constant (``None``: not passed).
+    The arguments read from the batch go by position while every one before them does; the
+    others by keyword. :attr:`Call.needs` are the optional fields (and ``token_turn``) the reads
+    read, then ``needs``: those a function of the entry reads (the registry cannot see them).
+    A call the signature cannot say is a :class:`Call` with its own ``arguments``.
+    """
+    params = list(inspect.signature(getattr(credax, name)).parameters.values())
+    unknown = sorted({*given, *reads} - {p.name for p in params})
+    if unknown:
+        raise TypeError(f"credax._registry: {name} has no parameter {unknown[0]!r}.")
+    given = {k: _Read((), v) if callable(v) and not isinstance(v, _Read) else v
+             for k, v in given.items() if v is not None}
+    table = {**ARGUMENTS, "mask": _MASK[level], **given}
+    # A KeyError here names an argument no batch field reads: give it (`name=...`).
+    passed = {p.name: table[p.name] for p in params if p.name in {*given, *reads}
+              or (p.default is p.empty and p.kind is not p.KEYWORD_ONLY)}
+    first = itertools.takewhile(lambda p: p.kind <= p.POSITIONAL_OR_KEYWORD
+                                and isinstance(passed.get(p.name), _Read), params)
+    positional = [passed.pop(p.name) for p in list(first)]
+    values = [v for v in [*positional, *passed.values()] if isinstance(v, _Read)]
+    read = [f for v in values for f in v.fields if f in (*OPTIONAL, "token_turn")]
+    needs = tuple(dict.fromkeys([*read, *needs]))
+
+    def build(b, ns, nested):
+        return (tuple(_value(v, b, ns, nested) for v in positional),
+                {k: _value(v, b, ns, nested) for k, v in passed.items()})
+
+    if any(v.nested for v in values):
+        return Call(name, lambda b, ns, **nested: build(b, ns, nested), level, output, needs,
+                    group_local)
+    return Call(name, lambda b, ns: build(b, ns, {}), level, output, needs, group_local)
+
+
+# GRPO's canonical call through the caller's namespace, with the caller's nested options: the
+# outcome advantages TRIAGE, the scalar process baseline and the redistribution add to.
+_OUTCOME = _Read(("rewards", "group_ids", "rows", "turn_mask"),
+                 lambda b, ns, **options: ESTIMATORS["grpo_advantages"](b, ns=ns, **options),
+                 nested=True)
 
 
 def _reward_components(b):
@@ -162,94 +257,53 @@ _credit = lambda out: out.credit  # noqa: E731
 # --------------------------------------------------------------------------------------------
 
 _ESTIMATORS = [
-    _call("group_normalize", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn",
-          group_local=True),
-    _call("grpo_advantages", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
-          group_local=True),
-    _call("rloo_advantages", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
-          group_local=True),
-    _call("gdpo_advantages", lambda b, ns: _args(_reward_components(b), b.group_ids, b.row_mask,
-                                                 weights=jnp.array([1.0, 0.5])),
-          "row", group_local=True),
-    _call("shrinkage_advantages", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
-          group_local=False),
+    _call("group_normalize", "turn", reads=("mask",), group_local=True),
+    _call("grpo_advantages", "row", reads=("mask",), group_local=True),
+    _call("rloo_advantages", "row", reads=("mask",), group_local=True),
+    _call("gdpo_advantages", "row", reads=("mask",), rewards=_reward_components,
+          weights=lambda b: jnp.array([1.0, 0.5]), group_local=True),
+    _call("shrinkage_advantages", "row", reads=("mask",), group_local=False),
     # verl's batch-statistic estimators: a batch whitening or α counts the batch's nonzero
     # rewards, so they are not group-isolated by design.
-    _call("gpg_advantages", lambda b, ns: _args(b.rewards, b.group_ids, mask=b.row_mask), "row",
-          group_local=False),
-    _call("reinforce_pp_advantages", lambda b, ns: _args(b.logp, token_mask(b), gamma=0.9),
-          "token", needs=("logp",), group_local=False),
-    _call("reinforce_pp_baseline_advantages",
-          lambda b, ns: _args(b.rewards, b.group_ids, token_mask(b)), "token",
-          needs=("token_turn",), group_local=False),
-    _call("tcpo_advantages", _tcpo, "turn", output=_advantages, group_local=True),
-    _call("retrospective_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn",
-          output=_credit, group_local=True),
-    _call("hindsight_credit", lambda b, ns: _args(b.scores, b.turn_mask, b.group_ids), "turn",
-          output=_credit, group_local=True),
-    _call("counterfactual_credit", lambda b, ns: _args(b.scores, b.alt_scores, b.alt_mask),
-          "other", needs=("alt_scores", "alt_mask"), group_local=True),
-    _call("raw_score_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn", group_local=True),
-    _call("adjacent_delta_credit", lambda b, ns: _args(b.scores, b.turn_mask), "turn",
-          group_local=True),
-    _call("role_credit", lambda b, ns: _args(b.roles, b.turn_mask), "turn",
-          group_local=True),
+    _call("gpg_advantages", "row", reads=("mask",), group_local=False),
+    _call("reinforce_pp_advantages", "token", gamma=0.9, group_local=False),
+    _call("reinforce_pp_baseline_advantages", "token", group_local=False),
+    Call("tcpo_advantages", _tcpo, "turn", _advantages, group_local=True),
+    _call("retrospective_credit", "turn", output=_credit, group_local=True),
+    _call("hindsight_credit", "turn", output=_credit, group_local=True),
+    _call("counterfactual_credit", "other", group_local=True),
+    _call("raw_score_credit", "turn", group_local=True),
+    _call("adjacent_delta_credit", "turn", group_local=True),
+    _call("role_credit", "turn", group_local=True),
     # GRPO outcome advantages plus role credit (roles include -1, unlabeled).
-    _call("triage_advantages",
-          lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome), b.roles,
-                                         b.turn_mask),
-          "turn", group_local=True),
+    _call("triage_advantages", "turn", outcome_advantages=_OUTCOME, group_local=True),
     # The scores double as per-turn judge scores.
-    _call("scalar_process_advantages",
-          lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome), b.scores,
-                                         b.turn_mask, lam=0.5),
-          "turn", group_local=True),
+    _call("scalar_process_advantages", "turn", outcome_advantages=_OUTCOME, lam=0.5,
+          group_local=True),
     # The step-level methods read per-turn rewards and anchor states the caller provides
     # (explain: the environment's step rewards; verl: its turn scores; the lab: score changes).
-    _call("mt_grpo_advantages",
-          lambda b, ns: _args(b.turn_rewards, b.rewards, b.turn_mask, b.group_ids), "turn",
-          needs=("turn_rewards",), group_local=True),
+    _call("mt_grpo_advantages", "turn", group_local=True),
     # FACA's reactions: the per-turn rewards stand for the score of the next user turn's reaction
     # (the last turn of each row has none: the default reaction_mask).
-    _call("faca_advantages",
-          lambda b, ns: _args(b.turn_rewards, b.rewards, b.turn_mask, b.group_ids), "turn",
-          needs=("turn_rewards",), group_local=True),
-    _call("gigpo_advantages",
-          lambda b, ns: _args(b.rewards, b.turn_rewards, b.anchors, b.turn_mask, b.group_ids),
-          "turn", needs=("turn_rewards", "anchors"), group_local=True),
-    _call("hgpo_advantages",
-          lambda b, ns: _args(b.rewards, b.turn_rewards, b.anchors, b.turn_mask, b.group_ids),
-          "turn", output=_advantages, needs=("turn_rewards", "anchors"), group_local=True),
-    _call("pgpo_advantages",
-          lambda b, ns: _args(b.turn_rewards, b.anchors, b.turn_mask, b.group_ids), "turn",
-          output=_advantages, needs=("turn_rewards", "anchors"), group_local=True),
-    _call("g2po_advantages",
-          lambda b, ns: _args(b.rewards, b.anchors, b.turn_mask, b.group_ids), "turn",
-          output=_advantages, needs=("anchors",), group_local=True),
+    _call("faca_advantages", "turn", group_local=True),
+    _call("gigpo_advantages", "turn", group_local=True),
+    _call("hgpo_advantages", "turn", output=_advantages, group_local=True),
+    _call("pgpo_advantages", "turn", output=_advantages, group_local=True),
+    _call("g2po_advantages", "turn", output=_advantages, group_local=True),
     # GRPO's outcome advantages spread over the turns by |step reward| weights (any non-negative
     # per-turn signal would do: judge attributions, proof edges, likelihood shifts).
-    _call("redistribute_advantages",
-          lambda b, ns, **outcome: _args(_outcome_advantages(b, ns, **outcome),
-                                         jnp.abs(b.turn_rewards), b.turn_mask),
-          "turn", needs=("turn_rewards",), group_local=True),
-    _call("tree_advantages", _chains, "turn", output=_advantages, group_local=True),
+    _call("redistribute_advantages", "turn", advantages=_OUTCOME,
+          weights=lambda b: jnp.abs(b.turn_rewards), needs=("turn_rewards",), group_local=True),
+    Call("tree_advantages", _chains, "turn", _advantages, group_local=True),
     # Per-turn rewards and their returns to go.
-    _call("unbiased_turn_advantages",
-          lambda b, ns: _args(b.turn_rewards, b.turn_mask, b.group_ids), "turn",
-          needs=("turn_rewards",), group_local=True),
+    _call("unbiased_turn_advantages", "turn", group_local=True),
     # Token rewards (the log-probs) and values; lam and bootstrap one per row.
-    _call("gae_advantages",
-          lambda b, ns: _args(b.logp, b.values, token_mask(b), gamma=0.9, lam=b.rewards,
-                              bootstrap=b.rewards),
-          "other", needs=("logp", "values"), group_local=True),
-    _call("turn_gae_advantages",
-          lambda b, ns: _args(b.scores, b.values, b.token_turn, b.turn_mask), "other",
-          needs=("values",), group_local=True),
+    _call("gae_advantages", "other", rewards=_field("logp"), gamma=0.9, lam=_field("rewards"),
+          bootstrap=_field("rewards"), group_local=True),
+    _call("turn_gae_advantages", "other", turn_rewards=_field("scores"), group_local=True),
     # VETTA's two heads: the values stand in for both (turn head and token head), the log-probs
     # for the token rewards. Not on the explain page: its example rollouts have no critic values.
-    _call("vetta_advantages",
-          lambda b, ns: _args(b.scores, b.values, b.logp, b.values, b.token_turn, b.turn_mask),
-          "token", output=_advantages, needs=("values", "logp", "token_turn"),
+    _call("vetta_advantages", "token", turn_rewards=_field("scores"), output=_advantages,
           group_local=True),
 ]
 
@@ -258,84 +312,53 @@ _ESTIMATORS = [
 # --------------------------------------------------------------------------------------------
 
 
-def _old_logp(b):
-    return 0.9 * b.logp
-
-
 def _uniform_logp(b):
     """Old log-probs of a uniform sampler over the unembedding's vocabulary, ``[B, T]``."""
     return jnp.full(b.tokens.shape, -np.log(b.unembedding.shape[1]), jnp.float32)
 
 
 _TOOLS = [
-    _call("group_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn", group_local=True),
-    _call("group_count", lambda b, ns: _args(b.group_ids, b.turn_mask), "turn", group_local=True),
-    _call("peer_mean", lambda b, ns: _args(b.scores, b.group_ids, b.turn_mask), "turn",
-          output=lambda out: out.mean, group_local=True),
-    _call("degenerate_groups", lambda b, ns: _args(b.rewards, b.group_ids, b.row_mask), "row",
-          group_local=True),
-    _call("shrinkage_baseline", lambda b, ns: _args(b.rewards, b.group_ids), "other", group_local=False),
-    _call("best_prior", lambda b, ns: _args(b.scores, b.turn_mask), "turn",
-          group_local=True),
-    _call("future_best", lambda b, ns: _args(b.scores, b.turn_mask), "turn", group_local=True),
-    _call("discount_weights", lambda b, ns: _args(b.turn_mask.shape[1], gamma=0.9), "other",
-          group_local=True),
-    _call("discounted_returns", lambda b, ns: _args(b.scores, b.turn_mask, gamma=0.9), "turn",
-          group_local=True),
-    _call("broadcast_to_tokens", lambda b, ns: _args(b.scores, b.token_turn), "token",
-          needs=("token_turn",), group_local=True),
-    _call("broadcast_to_turns", lambda b, ns: _args(b.rewards, b.turn_mask), "turn",
-          group_local=True),
+    _call("group_mean", "turn", reads=("mask",), group_local=True),
+    _call("group_count", "turn", reads=("mask",), group_local=True),
+    _call("peer_mean", "turn", reads=("mask",), output=lambda out: out.mean, group_local=True),
+    _call("degenerate_groups", "row", reads=("mask",), group_local=True),
+    _call("shrinkage_baseline", "other", group_local=False),
+    _call("best_prior", "turn", group_local=True),
+    _call("future_best", "turn", group_local=True),
+    _call("discount_weights", "other", gamma=0.9, group_local=True),
+    _call("discounted_returns", "turn", rewards=_field("scores"), gamma=0.9, group_local=True),
+    _call("broadcast_to_tokens", "token", turn_values=_field("scores"), group_local=True),
+    _call("broadcast_to_turns", "turn", values=_field("rewards"), group_local=True),
     # A layout of one prompt token and, per real turn, one action and one environment token.
-    _call("token_turn_from_layout",
-          lambda b, ns: _args(jnp.ones(b.turn_mask.shape[:1], jnp.int32),
-                              b.turn_mask.astype(jnp.int32), b.turn_mask.astype(jnp.int32),
-                              num_tokens=b.token_turn.shape[1]),
-          "token", needs=("token_turn",), group_local=True),
-    _call("turn_surprisal",
-          lambda b, ns: _args(b.logp, b.token_turn, num_turns=b.turn_mask.shape[1]), "turn",
-          needs=("logp",), group_local=True),
-    _call("select_top_surprisal",
-          lambda b, ns: _args(b.scores, b.turn_mask, b.group_ids, budget=2, scope="group"),
-          "turn", group_local=True),
-    _call("fit_role_constants", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other",
-          group_local=False),
-    _call("optimal_mixing_weight", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other",
-          group_local=False),
-    _call("judge_windows", lambda b, ns: _args(b.turn_mask, before=2, after=1), "other", group_local=True),
-    _call("anchor_hit_ratio", lambda b, ns: _args(b.anchors, b.turn_mask, b.group_ids), "other",
-          needs=("anchors",), group_local=False),
-    _call("credit_by_role", lambda b, ns: _args(b.scores, b.roles, b.turn_mask), "other", group_local=False),
-    _call("credit_by_turn", lambda b, ns: _args(b.scores, b.turn_mask), "other", group_local=False),
-    _call("dead_groups", lambda b, ns: _args(b.rewards, b.group_ids), "other", group_local=False),
-    _call("turn_values",
-          lambda b, ns: _args(b.values, b.token_turn, num_turns=b.turn_mask.shape[1]), "turn",
-          needs=("values",), group_local=True),
-    _call("vapo_lambda", lambda b, ns: _args(token_mask(b)), "row", needs=("token_turn",),
+    _call("token_turn_from_layout", "token",
+          prompt_lengths=lambda b: jnp.ones(b.turn_mask.shape[:1], jnp.int32),
+          action_lengths=lambda b: b.turn_mask.astype(jnp.int32),
+          env_lengths=lambda b: b.turn_mask.astype(jnp.int32),
+          num_tokens=lambda b: b.token_turn.shape[1], needs=("token_turn",), group_local=True),
+    _call("turn_surprisal", "turn", reads=("num_turns",), group_local=True),
+    _call("select_top_surprisal", "turn", reads=("group_ids",), budget=2, scope="group",
           group_local=True),
-    _call("value_loss",
-          lambda b, ns: _args(b.values, 0.9 * b.values, b.logp, token_mask(b)), "other",
-          needs=("values", "logp"), group_local=False),
-    _call("token_logprobs", lambda b, ns: _args(b.logits, b.tokens, mask=token_mask(b)), "token",
-          needs=("logits", "tokens"), group_local=True),
-    _call("token_entropy", lambda b, ns: _args(b.logits, mask=token_mask(b)), "token",
-          needs=("logits",), group_local=True),
-    _call("token_logprobs_from_hidden",
-          lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, chunk_size=3,
-                              mask=token_mask(b)),
-          "token", needs=("hidden", "unembedding", "tokens"), group_local=True),
-    _call("policy_loss_from_hidden",
-          lambda b, ns: _args(b.hidden, b.unembedding, b.tokens, _uniform_logp(b), b.rewards,
-                              token_mask(b), chunk_size=3),
-          "other", needs=("hidden", "unembedding", "tokens"), group_local=False),
-    _call("kl_divergence", lambda b, ns: _args(b.logp, _old_logp(b), mask=token_mask(b)),
-          "token", needs=("logp",), group_local=True),
-    _call("aggregate", lambda b, ns: _args(b.logp, token_mask(b), mode="seq-mean-token-mean"),
-          "other", needs=("logp",), group_local=False),
-    _call("policy_loss",
-          lambda b, ns: _args(b.logp, _old_logp(b), b.rewards, token_mask(b), ref_logp=b.logp,
-                              options=credax.LossOptions(kl_coef=0.1)),
-          "other", needs=("logp",), group_local=False),
+    _call("fit_role_constants", "other", group_local=False),
+    _call("optimal_mixing_weight", "other", group_local=False),
+    _call("judge_windows", "other", before=2, after=1, group_local=True),
+    _call("anchor_hit_ratio", "other", group_local=False),
+    _call("credit_by_role", "other", group_local=False),
+    _call("credit_by_turn", "other", group_local=False),
+    _call("dead_groups", "other", group_local=False),
+    _call("turn_values", "turn", reads=("num_turns",), group_local=True),
+    _call("vapo_lambda", "row", mask=ARGUMENTS["response_mask"], group_local=True),
+    _call("value_loss", "other", old_values=lambda b: 0.9 * b.values, returns=_field("logp"),
+          group_local=False),
+    _call("token_logprobs", "token", reads=("mask",), group_local=True),
+    _call("token_entropy", "token", reads=("mask",), group_local=True),
+    _call("token_logprobs_from_hidden", "token", reads=("mask",), chunk_size=3, group_local=True),
+    _call("policy_loss_from_hidden", "other", old_logp=_uniform_logp, chunk_size=3,
+          group_local=False),
+    _call("kl_divergence", "token", reads=("mask",), ref_logp=_old_logp, group_local=True),
+    _call("aggregate", "other", values=_field("logp"), mode="seq-mean-token-mean",
+          group_local=False),
+    _call("policy_loss", "other", ref_logp=_field("logp"),
+          options=credax.LossOptions(kl_coef=0.1), group_local=False),
 ]
 
 ESTIMATORS: dict[str, Call] = {c.name: c for c in _ESTIMATORS}
