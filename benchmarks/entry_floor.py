@@ -12,7 +12,13 @@ per-repetition ratio to ``fn.jitted`` on the same arguments, for
 * ``class``: an object whose ``__call__`` calls a method that calls a method returning the
   arguments, then ``fn.jitted`` (three frames, a ``try``: the entry's shape, no work);
 * ``entry``: the public entry itself;
-* ``jitted``: ``fn.jitted`` against itself (the method's own spread).
+* ``jitted``: ``fn.jitted`` against itself (the method's own spread);
+* ``busy 0.7 us``, ``busy 2 us``: one frame that spins for that long before calling
+  ``fn.jitted``: Python time alone, no work (0.7 us is the entry's host step with JAX ids).
+
+A warm call is a dispatch, the program on XLA's CPU thread and a wait for it: the busy rows
+measure what Python time alone, spent between two such calls, costs in this median on this
+machine (the ratio a layer doing that much work cannot go below).
 
 A benchmark, not a test: the numbers depend on the machine and its load (printed first).
 """
@@ -63,6 +69,16 @@ def _timer(fn, args, calls):
     return run
 
 
+def _busy(jitted, us: float):
+    """One frame that spends ``us`` microseconds of Python (a busy wait), then calls."""
+    def f(*a):
+        end = time.perf_counter() + us * 1e-6
+        while time.perf_counter() < end:
+            pass
+        return jitted(*a)
+    return f
+
+
 def ratio(base, other, repeats: int) -> tuple[float, float, float]:
     """Median and quartiles of ``other / base`` per repetition, the order alternated."""
     base(), other()
@@ -93,7 +109,9 @@ def main(argv=None) -> int:
     for form, group in (("JAX ids", ids), ("Groups", credax.groups(ids))):
         args = (rewards, group)
         base = _timer(fn.jitted, args, ns.calls)
-        for label, f in (("jitted", fn.jitted), ("def", w), ("class", layered), ("entry", fn)):
+        layers = (("jitted", fn.jitted), ("def", w), ("class", layered), ("entry", fn),
+                  ("busy 0.7 us", _busy(fn.jitted, 0.7)), ("busy 2 us", _busy(fn.jitted, 2.0)))
+        for label, f in layers:
             m, q1, q3 = ratio(base, _timer(f, args, ns.calls), ns.repeats)
             print(f"| {form} | {label} | {m:.3f} [{q1:.3f}-{q3:.3f}] |", flush=True)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
