@@ -510,12 +510,8 @@ def check_prefix_mask(turn_mask: np.ndarray, name: str = "turn_mask",
 
 
 def row_mask_array(row_mask, batch: int, like: str) -> np.ndarray | None:
-    """``row_mask`` as a checked ``bool[B]`` host array, or None."""
-    if row_mask is None:
-        return None
-    r = host_array(row_mask, "row_mask")
-    check_mask(r, "row_mask", (batch,), like=like)
-    return r
+    """``row_mask`` as a checked ``bool[B]`` host array (:func:`host_mask`), or None."""
+    return None if row_mask is None else host_mask(row_mask, "row_mask", (batch,), like=like)
 
 
 def host_real(x, name: str) -> np.ndarray:
